@@ -1,0 +1,390 @@
+"""Data: corpus -> tokenizer -> packed 128-token sequences -> batches with dynamic masking.
+
+Paper §2 and Appendix A. The ELECTRA input pipeline is BERT's, minus next-sentence prediction:
+  1. text is tokenized once and stored as one long stream of token ids (a uint16 memmap, as in
+     nanoGPT), with [SEP] between documents;
+  2. a training sequence is a window of 126 stream tokens wrapped as [CLS] ... [SEP] (Table 6:
+     sequence length 128). Packing full windows means no padding is ever computed;
+  3. masking is *dynamic* ("masked positions decided on-the-fly instead of during
+     preprocessing", Appendix A): every time a sequence is used it gets fresh positions m.
+
+Masking (§2, footnote 3): choose k = round(0.15 n) of the n real tokens (never [CLS], [SEP] or
+[PAD]), m_i ~ unif{1, n} without replacement. For ELECTRA 85 % of them become [MASK] and 15 %
+keep their token (the official code; no random replacement, since the generator supplies the
+"random" tokens). BERT uses 80 % [MASK] / 10 % random / 10 % kept (`--model bert`).
+Positions live in a fixed number of slots K (19 for 128 tokens, as the official code), unused
+slots weighted 0, so every tensor has a static shape - important for GPU speed.
+
+Command line (prepare a corpus once):
+    python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
+writes data/wiki00/{train.bin, val.bin, tokenizer.tiktoken, meta.json}.
+"""
+import argparse
+import gzip
+import json
+import lzma
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tokenizer import Tokenizer, train_bpe
+
+DATA_ROOT = Path(__file__).resolve().parent / "data"
+DEMO_NAME = "demo"
+TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz", ".jsonl")
+SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
+
+
+class DataError(Exception):
+    """Bad input the user can fix; the command line prints it as one line and exits 1."""
+
+
+# ----------------------------------------------------------------------------- masking (§2)
+
+def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
+    """K, the fixed number of mask slots: int((0.15 + 0.005) * 128) = 19, as the official code."""
+    return int((mask_prob + 0.005) * seq_len)
+
+
+def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
+                random_prob=0.0, n_random=None, generator=None):
+    """Choose m and build x_masked = REPLACE(x, m, [MASK]).
+
+    x (B, T) token ids. Returns a dict of
+      x_masked  (B, T)  the input of the generator (or of BERT)
+      positions (B, K)  m, padded with unused slots
+      targets   (B, K)  x_i at those positions, the labels of L_MLM
+      weights   (B, K)  1.0 for the k used slots, 0.0 for unused ones
+    replace_prob / random_prob: the share of chosen positions that become [MASK] / a random
+    token id below n_random; the rest keep their token."""
+    B, T = x.shape
+    is_real = torch.ones_like(x, dtype=torch.bool)
+    for s in special_ids:
+        is_real &= x != s
+    n = is_real.sum(1)
+    k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
+    # A uniformly random k-subset of the real tokens: give each real token a uniform score,
+    # every special token -1, and take the K best. The first k of them are a uniform sample.
+    scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
+    positions = scores.topk(n_slots, dim=1).indices
+    weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
+    targets = torch.gather(x, 1, positions)
+    # What each chosen position shows the network: [MASK], a random token, or itself.
+    u = torch.rand(B, n_slots, generator=generator, device=x.device)
+    shown = torch.where(u < replace_prob, torch.full_like(targets, mask_id), targets)
+    if random_prob > 0:
+        rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
+        shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
+    shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
+    x_masked = x.scatter(1, positions, shown)
+    return dict(x_masked=x_masked, positions=positions, targets=targets, weights=weights)
+
+
+# ----------------------------------------------------------------------------- batches
+
+class PretrainingData:
+    """Packed [CLS] + 126 tokens + [SEP] windows of a prepared split, in a shuffled order that
+    is a pure function of (seed, epoch), so the data position is just two integers (epoch,
+    batch) - saved in every checkpoint, which makes --resume exact."""
+
+    def __init__(self, data_dir, split, batch_size, seq_len, seed=0):
+        self.dir = Path(data_dir)
+        self.meta = load_meta(self.dir)
+        self.tokens = np.memmap(self.dir / f"{split}.bin", dtype=np.uint16, mode="r")
+        self.window = seq_len - 2                          # room for [CLS] and [SEP]
+        self.n_seqs = len(self.tokens) // self.window
+        if self.n_seqs < batch_size:
+            raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} sequences of "
+                            f"{seq_len} tokens, fewer than one batch of {batch_size}: "
+                            "prepare more text or lower --batch_size")
+        self.batch_size, self.seed = batch_size, seed
+        self.cls, self.sep = self.meta["cls_id"], self.meta["sep_id"]
+        self.epoch, self.batch = 0, 0
+        self._order_epoch, self._order = None, None
+
+    def batches_per_epoch(self):
+        return self.n_seqs // self.batch_size
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batch": self.batch}
+
+    def load_state_dict(self, state):
+        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+
+    def mask_generator(self):
+        """A torch RNG seeded by the data position, so masks differ every time a sequence is
+        seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
+        g = torch.Generator()
+        g.manual_seed((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch)
+        return g
+
+    def next_batch(self):
+        """(B, seq_len) int64 token ids, [CLS] + window + [SEP]; advances the position."""
+        if self._order_epoch != self.epoch:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
+        idx = self._order[self.batch * self.batch_size:(self.batch + 1) * self.batch_size]
+        starts = idx[:, None] * self.window + np.arange(self.window)[None, :]
+        x = np.empty((len(idx), self.window + 2), dtype=np.int64)
+        x[:, 0], x[:, -1], x[:, 1:-1] = self.cls, self.sep, self.tokens[starts]
+        self.batch += 1
+        if self.batch >= self.batches_per_epoch():
+            self.epoch, self.batch = self.epoch + 1, 0
+        return torch.from_numpy(x)
+
+
+def load_meta(data_dir):
+    path = Path(data_dir) / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+        assert all(k in meta for k in ("vocab_size", "cls_id", "sep_id", "mask_id", "pad_id"))
+    except (OSError, ValueError, AssertionError):
+        raise DataError(f"{data_dir} is not a prepared data folder (no valid meta.json): "
+                        "run `python data.py --corpus FILES --name NAME` first") from None
+    return meta
+
+
+def load_tokenizer(data_dir):
+    return Tokenizer.load(Path(data_dir) / "tokenizer.tiktoken")
+
+
+# ----------------------------------------------------------------------------- reading corpora
+
+def find_corpus_files(paths):
+    """Expand folders; check every file exists, is a supported kind, and is non-empty text."""
+    files = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TEXT_SUFFIXES))
+            if not found:
+                raise DataError(f"{p}: folder holds no {', '.join(TEXT_SUFFIXES)} files")
+            files += found
+        elif not p.exists():
+            raise DataError(f"{p}: no such file or folder")
+        elif not p.name.endswith(TEXT_SUFFIXES):
+            raise DataError(f"{p}: unsupported file type; use {', '.join(TEXT_SUFFIXES)}")
+        else:
+            files.append(p)
+    for f in files:
+        _check_text(f)
+    return files
+
+
+def _open_text(path):
+    name = str(path)
+    if name.endswith(".xz"):
+        return lzma.open(path, "rt", encoding="utf-8")
+    if name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def _check_text(path):
+    try:
+        with _open_text(path) as f:
+            head = f.read(1 << 16)
+    except (UnicodeDecodeError, OSError, EOFError, lzma.LZMAError) as e:
+        raise DataError(f"{path}: not readable UTF-8 text ({type(e).__name__}); "
+                        "give .txt/.txt.xz/.txt.gz/.jsonl files of text") from None
+    if "\x00" in head:
+        raise DataError(f"{path}: looks binary (NUL bytes); give text files")
+    if not head.strip():
+        raise DataError(f"{path}: file is empty")
+
+
+def read_documents(path):
+    """Yield documents: blank-line separated blocks of .txt files, the "text" field of .jsonl."""
+    with _open_text(path) as f:
+        try:
+            if str(path).endswith(".jsonl"):
+                for i, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            text = json.loads(line)["text"]
+                        except (ValueError, KeyError, TypeError):
+                            raise DataError(f"{path}:{i}: not a JSON object with a \"text\" "
+                                            "field") from None
+                        if text.strip():
+                            yield text
+                return
+            doc = []
+            for line in f:
+                if line.strip():
+                    doc.append(line.rstrip("\n"))
+                elif doc:
+                    yield "\n".join(doc)
+                    doc = []
+            if doc:
+                yield "\n".join(doc)
+        except UnicodeDecodeError:
+            raise DataError(f"{path}: not valid UTF-8 text past its start") from None
+
+
+def demo_documents(max_mb=20):
+    """The built-in demo corpus: documentation that exists wherever the requirements are
+    installed - the Python language reference (pydoc_data) and the docstrings of the standard
+    library and the installed packages. Small and odd English, but enough to watch ELECTRA
+    learn offline; prepare a real corpus with data.py for real results."""
+    budget = max_mb * 1_000_000
+    try:
+        from pydoc_data.topics import topics
+        for text in topics.values():
+            budget -= len(text)
+            yield text
+    except ImportError:
+        pass
+    docstring = re.compile(r'"""(.*?)"""', re.S)
+    roots = dict.fromkeys(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            # site-packages is walked as its own root; tests are code more than prose
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                try:
+                    source = Path(dirpath, name).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                for m in docstring.finditer(source):
+                    text = "\n".join(l.strip() for l in m.group(1).splitlines()).strip()
+                    if len(text.split()) >= 8:                  # skip one-line stubs
+                        budget -= len(text)
+                        yield text
+                if budget <= 0:
+                    return
+
+
+# ----------------------------------------------------------------------------- preparation
+
+def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, threads=None,
+            source="", log=print):
+    """Tokenize `documents` (an iterable of str, read once) into out_dir atomically.
+
+    The BPE is trained on the first `bpe_mb` MB of documents (a sample is enough: merge ranks
+    learned on 20 MB of English barely change with more). Every `val_every`-th document goes
+    to val.bin. Everything is written into a temporary folder renamed into place at the end,
+    so an interrupted preparation leaves nothing half-written."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    threads = threads or os.cpu_count()
+    try:
+        docs = iter(documents)
+        sample, size = [], 0
+        for d in docs:                                      # the BPE sample, kept for step 2
+            sample.append(d)
+            size += len(d)
+            if size >= bpe_mb * 1_000_000:
+                break
+        if not sample:
+            raise DataError("the corpus holds no text")
+        t0 = time.time()
+        log(f"training a {vocab_size}-token byte-level BPE on {size / 1e6:.1f} MB of text ...")
+        tok = Tokenizer(train_bpe(sample, vocab_size - 4))
+        tok.save(tmp / "tokenizer.tiktoken")
+        log(f"BPE trained in {time.time() - t0:.0f}s: vocabulary {tok.vocab_size}")
+        assert tok.vocab_size <= 65536, "uint16 memmaps need a vocabulary below 65536"
+
+        counts = {"train": 0, "val": 0}
+        files = {s: open(tmp / f"{s}.bin", "wb") for s in counts}
+        n_docs, n_chars, t0 = 0, 0, time.time()
+
+        def flush(chunk):
+            nonlocal n_docs, n_chars
+            for ids in tok.encode_batch(chunk, num_threads=threads):
+                split = "val" if n_docs % val_every == val_every - 1 else "train"
+                arr = np.array(ids + [tok.sep_id], dtype=np.uint16)   # [SEP] ends a document
+                arr.tofile(files[split])
+                counts[split] += len(arr)
+                n_docs += 1
+            n_chars += sum(map(len, chunk))
+            rate = n_chars / 1e6 / max(time.time() - t0, 1e-9)
+            log(f"\rtokenized {n_docs:,} documents, {n_chars / 1e6:,.1f} MB, "
+                f"{sum(counts.values()):,} tokens ({rate:.1f} MB/s)", end="")
+
+        chunk = []
+        for d in _chain(sample, docs):
+            chunk.append(d)
+            if len(chunk) == 2000:
+                flush(chunk)
+                chunk = []
+        if chunk:
+            flush(chunk)
+        log("")
+        for f in files.values():
+            f.close()
+        if counts["val"] == 0:                              # tiny corpora: take val from train
+            shutil.copy(tmp / "train.bin", tmp / "val.bin")
+            counts["val"] = counts["train"]
+        meta = dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, cls_id=tok.cls_id,
+                    sep_id=tok.sep_id, mask_id=tok.mask_id, train_tokens=counts["train"],
+                    val_tokens=counts["val"], documents=n_docs, source=source)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+        return meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _chain(first, rest):
+    yield from first
+    yield from rest
+
+
+def prepare_demo(log=print):
+    """Prepare data/demo from the built-in corpus on first use; return its folder."""
+    out = DATA_ROOT / DEMO_NAME
+    if not (out / "meta.json").exists():
+        log("note: no --data given, so training on the built-in DEMO corpus (Python docstrings "
+            "and docs); for real results prepare text with `python data.py --corpus FILES "
+            "--name NAME` and pass --data data/NAME")
+        prepare(demo_documents(), out, source="built-in demo corpus (Python documentation)",
+                log=log)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
+    p.add_argument("--corpus", nargs="+", required=True,
+                   help=".txt, .txt.xz, .txt.gz, .jsonl files or folders of them")
+    p.add_argument("--name", required=True, help="output folder name under data/")
+    p.add_argument("--out_root", default=str(DATA_ROOT), help="where data/NAME goes")
+    p.add_argument("--vocab_size", type=int, default=30522, help="BPE ranks + 4 special tokens")
+    p.add_argument("--bpe_mb", type=float, default=20, help="MB of text the BPE is trained on")
+    p.add_argument("--threads", type=int, default=None, help="tokenizer threads (default: all)")
+    args = p.parse_args(argv)
+    try:
+        if not re.fullmatch(r"[\w.-]+", args.name):
+            raise DataError(f"--name {args.name!r}: use letters, digits, '.', '_' or '-'")
+        if not 260 < args.vocab_size <= 65536:
+            raise DataError(f"--vocab_size {args.vocab_size}: must be in 261..65536 (uint16 ids)")
+        files = find_corpus_files(args.corpus)
+        print(f"preparing {len(files)} file(s) into {args.out_root}/{args.name}")
+        docs = (d for f in files for d in read_documents(f))
+        meta = prepare(docs, Path(args.out_root) / args.name, args.vocab_size, args.bpe_mb,
+                       threads=args.threads, source=" ".join(map(str, files)),
+                       log=lambda *a, **k: print(*a, **k, flush=True))
+    except DataError as e:
+        print(f"\nerror: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing was written", file=sys.stderr)
+        return 130
+    print(f"done: {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens, "
+          f"vocabulary {meta['vocab_size']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

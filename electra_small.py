@@ -1,0 +1,372 @@
+"""ELECTRA-Small pre-training: the Table 6 configuration, the training loop and the command line.
+
+Paper §2 (the objective, in objectives.py), §3.3 (small models), Appendix A / Table 6 (these
+hyperparameters), Appendix E (FLOPs, in flops.py).
+
+    python electra_small.py --hours 6                  # the demo corpus, prepared on first use
+    python electra_small.py --data data/wiki00 --max_steps 1000000    # the paper's full run
+    python electra_small.py --model bert --hours 6     # BERT-Small at equal compute (§3.3)
+
+Time budget: with --hours the learning-rate schedule is laid over the *wall-clock* budget, so a
+6-hour run warms up, decays to zero and stops at the deadline, whatever the hardware does.
+That is the paper's Table 1 question - what does a given amount of compute buy? - and it makes
+ELECTRA and BERT comparable at equal time without counting steps by hand.
+"""
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from data import DataError, PretrainingData, load_meta, load_tokenizer, mask_slots, mask_tokens
+from data import prepare_demo
+from encoder import EncoderConfig
+from flops import peak_flops, train_flops_per_step
+from objectives import build_model
+
+
+@dataclass
+class Config:
+    """Every hyperparameter, in one place. The defaults are ELECTRA-Small (Table 6)."""
+    model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
+    objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
+    generator: str = "mlm"          # "mlm" (a small masked LM, §2) | "unigram" (§3.2)
+    vocab_size: int = 30522         # set from the prepared data's tokenizer
+    emb_size: int = 128             # "Embedding Size", shared by G and D (§3.2)
+    seq_len: int = 128              # §3.3: sequence length 512 -> 128
+    max_len: int = 512              # rows of the position table (fine-tuning may use up to this)
+    disc: EncoderConfig = field(default_factory=EncoderConfig)   # 12 x 256, 4 heads, FFN 1024
+    gen_size: float = 0.25          # "Generator Size": multiplier of hidden, FFN and heads
+    disc_weight: float = 50.0       # λ, the weight of L_Disc (Appendix A)
+    mask_prob: float = 0.15         # "Mask percent"
+    # optimisation (Table 6)
+    batch_size: int = 128
+    lr: float = 5e-4
+    warmup_frac: float = 0.01       # 10k warm-up steps of 1M, kept as a fraction of any budget
+    weight_decay: float = 0.01
+    adam_betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    grad_clip: float = 1.0
+    train_steps: int = 1_000_000    # "Train Steps" (BERT-Small: 1.45M, for equal FLOPs)
+
+    @property
+    def gen(self) -> EncoderConfig:
+        """G: D's depth, `gen_size` of its width (1/4: hidden 64, FFN 256, one head)."""
+        d, s = self.disc, self.gen_size
+        return EncoderConfig(hidden=int(d.hidden * s), layers=d.layers,
+                             heads=max(1, int(d.heads * s)), ffn=int(d.ffn * s), dropout=d.dropout)
+
+    @property
+    def n_slots(self) -> int:
+        return mask_slots(self.seq_len, self.mask_prob)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        d["disc"] = EncoderConfig(**d["disc"])
+        d["adam_betas"] = tuple(d["adam_betas"])
+        return cls(**d)
+
+
+# A tiny shape for tests and smoke runs on a CPU: same code paths, ~1000x less compute.
+SIZES = {"small": {}, "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
+                                   disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
+
+
+def lr_at(progress, cfg):
+    """Linear warm-up multiplied into a linear decay to 0, as the official code; `progress` is
+    the elapsed fraction of the budget (of steps, or of wall-clock time with --hours)."""
+    return cfg.lr * min(1.0, progress / cfg.warmup_frac) * max(0.0, 1.0 - progress)
+
+
+def make_optimizer(model, cfg, device):
+    """AdamW (Table 6: ε 1e-6, weight decay 0.01). Biases and LayerNorm parameters are not
+    decayed, as in BERT: shrinking them toward 0 has no regularising meaning."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
+                             fused=device.type == "cuda")
+
+
+def pick_device(name=None):
+    if name:
+        if name == "cuda" and not torch.cuda.is_available():
+            raise DataError("--device cuda: no CUDA GPU is visible to PyTorch")
+        if name == "mps" and not torch.backends.mps.is_available():
+            raise DataError("--device mps: Apple's MPS backend is not available")
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def count_params(model, cfg):
+    """(generator-only, discriminator incl. embeddings, shared embeddings, total) in parameters."""
+    n = lambda m: sum(p.numel() for p in m.parameters())
+    if cfg.model == "bert":
+        shared = n(model.mlm.embeddings)
+        return 0, n(model.mlm), shared, n(model)
+    shared = n(model.discriminator.embeddings)
+    return n(model.generator) - shared, n(model.discriminator), shared, n(model)
+
+
+class Trainer:
+    """The loop: sample a batch, mask it, one step of L_MLM + λ L_Disc, log, checkpoint."""
+
+    def __init__(self, cfg, args, device, data_dir, resume_ckpt=None):
+        self.cfg, self.args, self.device = cfg, args, device
+        self.out = Path(args.out_dir)
+        self.data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed)
+        self.tokenizer = load_tokenizer(data_dir)
+        self.model = build_model(cfg).to(device)
+        self.opt = make_optimizer(self.model, cfg, device)
+        self.flops_per_step = train_flops_per_step(cfg)
+        self.step, self.flops, self.elapsed = 0, 0.0, 0.0
+        self.saved_fractions = []
+        if resume_ckpt is not None:
+            self.model.load_state_dict(resume_ckpt["model"])
+            self.opt.load_state_dict(resume_ckpt["optimizer"])
+            self.step, self.flops = resume_ckpt["step"], resume_ckpt["flops"]
+            self.elapsed = resume_ckpt["elapsed_s"]
+            self.saved_fractions = list(resume_ckpt.get("saved_fractions", []))
+            self.data.load_state_dict(resume_ckpt["data"])
+            set_rng_state(resume_ckpt["rng"])
+        self.autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+        ids = self.data.meta
+        self.special = (ids["pad_id"], ids["cls_id"], ids["sep_id"])
+        # BERT's masking: 80 % [MASK], 10 % random, 10 % kept; ELECTRA's: 85 % [MASK], 15 % kept.
+        self.mask_kw = dict(replace_prob=0.8, random_prob=0.1) if cfg.model == "bert" else \
+            dict(replace_prob=0.85, random_prob=0.0)
+
+    # -- budget ----------------------------------------------------------------------------
+    def progress(self):
+        """Fraction of the budget used: of wall-clock time with --hours, else of steps."""
+        if self.args.hours:
+            return self.elapsed / (self.args.hours * 3600)
+        return self.step / self.args.max_steps
+
+    def checkpoint_state(self):
+        return dict(config=self.cfg.to_dict(), model=self.model.state_dict(),
+                    optimizer=self.opt.state_dict(), step=self.step, flops=self.flops,
+                    elapsed_s=self.elapsed, rng=rng_state(), data=self.data.state_dict(),
+                    tokenizer=self.tokenizer.to_text(), saved_fractions=self.saved_fractions,
+                    budget=dict(hours=self.args.hours, max_steps=self.args.max_steps),
+                    seed=self.args.seed, device=str(self.device))
+
+    def save(self, name="ckpt.pt"):
+        save_checkpoint(self.out / name, self.checkpoint_state())
+
+    # -- one step ----------------------------------------------------------------------------
+    def train_step(self, lr):
+        x = self.data.next_batch()
+        batch = mask_tokens(x, self.special, self.data.meta["mask_id"], self.cfg.n_slots,
+                            self.cfg.mask_prob, n_random=self.data.meta["vocab_size"] - 4,
+                            generator=self.data_mask_rng, **self.mask_kw)
+        nb = self.device.type == "cuda"
+        x = x.to(self.device, non_blocking=nb)
+        batch = {k: v.to(self.device, non_blocking=nb) for k, v in batch.items()}
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        with self.autocast:
+            loss, stats = self.model(x, **batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return stats
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self):
+        cfg, args = self.cfg, self.args
+        peak, peak_note = peak_flops(self.device)
+        log_file = open(self.out / "log.jsonl", "a")
+        sums, interval_start, interval_steps = {}, time.time(), 0
+        last_ckpt = time.time()
+        t0, elapsed0 = time.time(), self.elapsed
+        print(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
+        try:
+            while self.progress() < 1.0:
+                self.data_mask_rng = self.data.mask_generator()
+                stats = self.train_step(lr_at(self.progress(), cfg))
+                self.step += 1
+                self.flops += self.flops_per_step
+                self.elapsed = elapsed0 + time.time() - t0
+                interval_steps += 1
+                for k, v in stats.items():                 # accumulate on the device
+                    v = torch.stack(v) if isinstance(v, tuple) else v
+                    sums[k] = sums[k] + v if k in sums else v
+                if self.step % args.log_every == 0 or self.progress() >= 1.0:
+                    dt = time.time() - interval_start
+                    rec = self.log_record(sums, interval_steps, dt, peak)
+                    print(self.progress_line(rec), flush=True)
+                    log_file.write(json.dumps(rec) + "\n")
+                    log_file.flush()
+                    sums, interval_start, interval_steps = {}, time.time(), 0
+                for f in args.save_at:                     # Table 1-style compute checkpoints
+                    if self.progress() >= f and f not in self.saved_fractions:
+                        self.saved_fractions.append(f)
+                        self.save(f"ckpt_{f:g}.pt")
+                if (args.save_every and self.step % args.save_every == 0) or \
+                        time.time() - last_ckpt > args.ckpt_every_min * 60:
+                    self.save()
+                    last_ckpt = time.time()
+        except KeyboardInterrupt:
+            self.save()
+            print(f"\ninterrupted at step {self.step}: saved {self.out / 'ckpt.pt'}; "
+                  "continue with --resume", file=sys.stderr)
+            return 130
+        finally:
+            log_file.close()
+        self.save()
+        print(f"done: {self.step} steps, {self.flops:.3g} FLOPs, "
+              f"{self.elapsed / 3600:.2f} h; saved {self.out / 'ckpt.pt'}")
+        return 0
+
+    def log_record(self, sums, steps, dt, peak):
+        """Read the accumulated statistics back from the device (the only host sync)."""
+        s = {k: v.float().cpu() for k, v in sums.items()}
+        ratio = lambda k: (s[k][0] / s[k][1].clamp(min=1)).item() if k in s else None
+        tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
+        mfu = self.flops_per_step * steps / dt / peak if peak else None
+        left = self.args.hours * 3600 - self.elapsed if self.args.hours else \
+            (self.args.max_steps - self.step) * dt / steps
+        return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps).item(),
+                    disc_loss=(s["disc_loss"] / steps).item() if "disc_loss" in s else None,
+                    gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
+                    disc_acc_replaced=ratio("replaced_correct"), tokens_per_s=tok_s, mfu=mfu,
+                    flops=self.flops, elapsed_s=self.elapsed, eta_s=max(0.0, left),
+                    lr=lr_at(self.progress(), self.cfg), model=self.cfg.model,
+                    objective="mlm" if self.cfg.model == "bert" else self.cfg.objective)
+
+    @staticmethod
+    def progress_line(r):
+        pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
+        disc = "" if r["disc_loss"] is None else \
+            f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} " \
+            f"(replaced {pct(r['disc_acc_replaced'])})"
+        eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
+            f"{r['eta_s'] / 86400:.1f}d"
+        return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}"
+                f"{disc} | {r['tokens_per_s']:,.0f} tok/s | mfu {pct(r['mfu'])} | "
+                f"{r['flops']:.2e} FLOPs | ETA {eta}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Pre-train ELECTRA-Small (or BERT-Small).")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--hours", type=float, help="wall-clock budget; LR schedule spans it")
+    budget.add_argument("--max_steps", type=int, help="step budget (default: Table 6's steps)")
+    p.add_argument("--data", help="prepared data folder (default: the demo corpus)")
+    p.add_argument("--out_dir", default="out", help="checkpoints and log.jsonl go here")
+    p.add_argument("--resume", action="store_true", help="continue from out_dir/ckpt.pt")
+    p.add_argument("--save_at", default="", help="also keep ckpt_F.pt at these budget fractions")
+    p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", choices=["electra", "bert"], default=None)
+    p.add_argument("--size", choices=sorted(SIZES), default=None, help="tiny: for tests")
+    p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
+    p.add_argument("--ckpt_every_min", type=float, default=15.0, help="periodic checkpoint")
+    p.add_argument("--save_every", type=int, default=0, help="also checkpoint every N steps")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
+    return p.parse_args(argv)
+
+
+def config_from_args(args, meta):
+    over = dict(SIZES[args.size or "small"])
+    if args.model:
+        over["model"] = args.model
+    if args.batch_size:
+        over["batch_size"] = args.batch_size
+    cfg = replace(Config(), vocab_size=meta["vocab_size"], **over)
+    if cfg.model == "bert":
+        cfg = replace(cfg, train_steps=1_450_000)           # Table 6: 1.45M, for equal FLOPs
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        return _main(args)
+    except (DataError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _main(args):
+    if args.hours is not None and not (args.hours > 0 and math.isfinite(args.hours)):
+        raise DataError(f"--hours {args.hours}: must be a positive number of hours")
+    if args.max_steps is not None and args.max_steps <= 0:
+        raise DataError(f"--max_steps {args.max_steps}: must be a positive number of steps")
+    try:
+        args.save_at = sorted({float(f) for f in args.save_at.split(",") if f.strip()})
+    except ValueError:
+        raise DataError(f"--save_at {args.save_at!r}: give fractions like 0.25,0.5,1") from None
+    if any(not 0 < f <= 1 for f in args.save_at):
+        raise DataError("--save_at: every fraction must be in (0, 1]")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    out = Path(args.out_dir)
+    ckpt_path = out / "ckpt.pt"
+    resume = None
+    if args.resume:
+        resume = load_checkpoint(ckpt_path)
+        cfg = Config.from_dict(resume["config"])
+        for flag in ("model", "size", "batch_size"):
+            if getattr(args, flag) is not None:
+                cli = config_from_args(args, {"vocab_size": cfg.vocab_size})
+                if cli.to_dict() != cfg.to_dict():
+                    raise CheckpointError(f"{ckpt_path} was trained with a different config "
+                                          f"(--{flag}); resume without changing it")
+        b = resume["budget"]
+        if args.hours is None and args.max_steps is None:
+            args.hours, args.max_steps = b["hours"], b["max_steps"]
+        if args.seed != resume["seed"]:
+            args.seed = resume["seed"]
+    elif ckpt_path.exists():
+        raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
+                        "--out_dir (nothing was overwritten)")
+    data_dir = Path(args.data) if args.data else prepare_demo()
+    meta = load_meta(data_dir)
+    if resume is None:
+        cfg = config_from_args(args, meta)
+    elif meta["vocab_size"] != cfg.vocab_size or \
+            load_tokenizer(data_dir).to_text() != resume["tokenizer"]:
+        raise CheckpointError(f"{ckpt_path} was trained with another tokenizer than "
+                              f"{data_dir}'s; resume with the same --data")
+    if args.hours is None and args.max_steps is None:
+        args.max_steps = cfg.train_steps
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(cfg, args, device, data_dir, resume)
+    g, d, shared, total = count_params(trainer.model, cfg)
+    print(f"{cfg.model}: D {d / 1e6:.2f}M params (incl. {shared / 1e6:.2f}M shared embeddings)"
+          + (f", G {g / 1e6:.2f}M + shared" if cfg.model == "electra" else "")
+          + f", total {total / 1e6:.2f}M | {trainer.flops_per_step:.3g} training FLOPs/step"
+          f" | device {device} | data {data_dir} ({meta['train_tokens']:,} tokens)")
+    if resume is not None:
+        print(f"resuming at step {trainer.step} ({trainer.elapsed / 3600:.2f} h done)")
+    budget = f"{args.hours:g} h" if args.hours else f"{args.max_steps:,} steps"
+    print(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
+    # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    return trainer.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

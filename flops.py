@@ -1,0 +1,130 @@
+"""Counting FLOPs the way the paper does (Appendix E), and MFU.
+
+The paper compares methods by pre-training compute, not steps (Figure 1, Table 1, Figure 3
+right), because ELECTRA's step costs more than BERT's: it runs a generator as well. Appendix E's
+rules, which we follow term by term:
+  * a matrix multiply of an m-vector by an m x n matrix is 2*m*n FLOPs (multiply + add);
+  * elementwise ops count by their mathematical operations: we use the official script's
+    per-element costs below for LayerNorm, GELU, softmax and dropout;
+  * the backward pass costs the same as the forward pass, so training = 2 x forward;
+  * embedding lookups are "dense": a one-hot vector times the table, 2*E*V per token. This is
+    a large share of ELECTRA-Small's count (about 40 %) although a real lookup is nearly free,
+    so MFU by this count overstates the hardware's real work; we report it anyway, because it
+    is the count every number in the paper uses.
+Result for Table 6 (checked in tests): 1M steps of ELECTRA-Small = 1.29e18 FLOPs (the paper
+rounds to 1.4e18), one 128-token forward pass of D = 3.7e9.
+"""
+import time
+
+import torch
+
+LAYER_NORM, GELU, SOFTMAX, DROPOUT = 5, 8, 5, 4      # FLOPs per element, as the official script
+
+
+def embedding_flops(vocab, emb, hidden, seq):
+    """e(x) for one token: dense token lookup, position + segment lookups (also dense), their
+    sum, LayerNorm, dropout, then the projection to this network's hidden size."""
+    f = 2 * emb * vocab + 2 * emb * (seq + 2) + 2 * emb + LAYER_NORM * emb + DROPOUT * emb
+    if emb != hidden:
+        f += 2 * emb * hidden + hidden
+    return f
+
+
+def block_flops(hidden, heads, ffn, seq):
+    """One Transformer block, per token (it attends over `seq` positions)."""
+    attn = (3 * 2 * hidden * hidden + 3 * hidden        # q, k, v projections and biases
+            + 2 * hidden * seq                          # q . k scores over all heads
+            + (SOFTMAX + DROPOUT + 1) * seq * heads     # softmax, dropout, 1/sqrt(d) scale
+            + 2 * hidden * seq                          # weighted average of v
+            + 2 * hidden * hidden + hidden              # output projection
+            + (DROPOUT + 1 + LAYER_NORM) * hidden)      # dropout, residual, LayerNorm
+    ffn_f = (2 * hidden * ffn + ffn + GELU * ffn        # up-projection, bias, GELU
+             + 2 * ffn * hidden + hidden                # down-projection, bias
+             + (DROPOUT + 1 + LAYER_NORM) * hidden)
+    return attn + ffn_f
+
+
+def mlm_head_flops(vocab, emb, hidden):
+    """The MLM output layer for one predicted token: dense -> GELU -> LN -> tied softmax."""
+    return (2 * hidden * emb + emb + GELU * emb + LAYER_NORM * emb
+            + 2 * emb * vocab + vocab + SOFTMAX * vocab + 2 * vocab)
+
+
+def disc_head_flops(hidden):
+    """D's per-token head: dense(hidden) -> GELU -> dense(1)."""
+    return 2 * hidden * hidden + hidden + GELU * hidden + 2 * hidden + 1
+
+
+def encoder_forward_flops(enc, vocab, emb, seq):
+    """Embeddings plus all blocks, for one sequence of `seq` tokens."""
+    per_token = embedding_flops(vocab, emb, enc.hidden, seq) + \
+        enc.layers * block_flops(enc.hidden, enc.heads, enc.ffn, seq)
+    return per_token * seq
+
+
+def discriminator_forward_flops(cfg):
+    """One forward pass of D over one sequence (Table 1's "Infer FLOPs": 3.7e9)."""
+    return encoder_forward_flops(cfg.disc, cfg.vocab_size, cfg.emb_size, cfg.seq_len) + \
+        cfg.seq_len * disc_head_flops(cfg.disc.hidden)
+
+
+def mlm_forward_flops(enc, cfg):
+    """A masked LM (ELECTRA's generator, or BERT) over one sequence; the vocabulary softmax only
+    at the K mask slots, which is what we compute."""
+    return encoder_forward_flops(enc, cfg.vocab_size, cfg.emb_size, cfg.seq_len) + \
+        cfg.n_slots * mlm_head_flops(cfg.vocab_size, cfg.emb_size, enc.hidden)
+
+
+def forward_flops(cfg):
+    """One forward pass over one sequence of whatever the config trains.
+
+    BERT-Small is an MLM at D's size. ELECTRA runs G (none for the unigram generator, which only
+    samples from token counts) and D. The §3.5 ablations swap D's head: Replace MLM predicts the
+    K masked tokens, All-Tokens MLM predicts every token and adds a copy gate."""
+    if cfg.model == "bert":
+        return mlm_forward_flops(cfg.disc, cfg)
+    gen = mlm_forward_flops(cfg.gen, cfg) if cfg.generator == "mlm" else 0
+    objective = getattr(cfg, "objective", "electra")
+    if objective in ("electra", "electra15"):
+        return gen + discriminator_forward_flops(cfg)
+    body = encoder_forward_flops(cfg.disc, cfg.vocab_size, cfg.emb_size, cfg.seq_len)
+    head = mlm_head_flops(cfg.vocab_size, cfg.emb_size, cfg.disc.hidden)
+    if objective == "replace_mlm":
+        return gen + body + cfg.n_slots * head
+    if objective == "all_tokens_mlm":
+        return gen + body + cfg.seq_len * (head + 2 * cfg.disc.hidden + 1)
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+def train_flops_per_step(cfg):
+    """FLOPs of one optimizer step on a batch: 2 x forward (Appendix E: backward = forward)."""
+    return 2 * forward_flops(cfg) * cfg.batch_size
+
+
+# ----------------------------------------------------------------------------- MFU
+
+# Dense bf16 tensor-core peaks (fp16 for the V100), FLOP/s, from the vendors' data sheets.
+GPU_PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "GH200": 989e12,
+            "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L4": 121e12, "L40S": 362e12,
+            "V100": 125e12, "T4": 65e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+def peak_flops(device):
+    """(peak FLOP/s, how we know it) for MFU. GPUs: their data-sheet bf16 peak. A CPU has no
+    such number we can trust, so we measure it: the best of a few float32 matmuls."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, value in GPU_PEAK.items():                  # first match: "H100 PCIe" first
+            if key in name:
+                return value, f"{name} bf16 data sheet"
+        return None, f"{name}: unknown peak"
+    if device.type != "cpu":
+        return None, f"{device.type}: unknown peak"
+    n, best = 1024, 0.0
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(5):
+        t = time.perf_counter()
+        a @ b
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
+    return best, f"CPU float32 matmul, measured ({torch.get_num_threads()} threads)"

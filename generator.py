@@ -1,0 +1,68 @@
+"""The generator G: a small masked language model (paper §2, §3.2 "Smaller Generators").
+
+    x_masked = REPLACE(x, m, [MASK])
+    p_G(x_t | x_masked) = exp(e(x_t)^T h_G(x_masked)_t) / sum_x' exp(e(x')^T h_G(x_masked)_t)
+    L_MLM(x, θ_G) = E[ sum_{i in m} -log p_G(x_i | x_masked) ]
+
+For ELECTRA-Small, G has D's depth but a quarter of its width (Table 6, "Generator Size 1/4":
+hidden 64, FFN 256, one attention head). §3.2 found generators 1/4-1/2 the size of D work
+best: "having too strong of a generator may pose a too-challenging task for the discriminator".
+
+G is trained by maximum likelihood only - not to fool D. Its samples make x_corrupt, but no
+gradient flows back through the sampling step (sampling is discrete; §2: "we don't
+back-propagate the discriminator loss through the generator").
+
+The same class at D's size is the BERT-Small baseline (§3.3): BERT *is* a masked LM.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from encoder import Embeddings, Encoder, EncoderConfig, MLMHead
+
+
+class Generator(nn.Module):
+    """A masked LM of any size on top of (possibly shared) embeddings e(x)."""
+
+    def __init__(self, cfg: EncoderConfig, embeddings: Embeddings):
+        super().__init__()
+        self.embeddings = embeddings                       # shared with D in ELECTRA (§3.2)
+        emb_size = embeddings.token.embedding_dim
+        self.encoder = Encoder(cfg, emb_size)
+        self.head = MLMHead(cfg.hidden, emb_size, embeddings.token.num_embeddings)
+
+    def hidden(self, x_masked, pad_mask=None, segment_ids=None):
+        """h_G(x_masked): one vector per position, (B, T, hidden)."""
+        return self.encoder(self.embeddings(x_masked, segment_ids), pad_mask)
+
+    def forward(self, x_masked, masked_positions, pad_mask=None):
+        """Logits of p_G at the masked positions only: (B, K, vocab).
+
+        masked_positions is (B, K) with a fixed K per batch (19 slots for 128 tokens, as the
+        official code), so every tensor has a static shape whatever the sentence lengths."""
+        h = self.hidden(x_masked, pad_mask)
+        h_m = torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
+        return self.head(h_m, self.embeddings.token.weight)
+
+
+def mlm_loss(logits, targets, weights):
+    """L_MLM: mean over the used mask slots of -log p_G(x_i | x_masked).
+
+    logits (B, K, V); targets (B, K) the original tokens x_i; weights (B, K) 1.0 for a real mask
+    slot, 0.0 for an unused one (a short sequence has fewer than K masked positions). The
+    softmax is computed in float32 even under bf16 autocast: log-probabilities over 30k classes
+    need the precision."""
+    nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return (nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)
+
+
+def sample(logits, generator: torch.Generator = None):
+    """x̂_i ~ p_G(x_i | x_masked), temperature 1, by the Gumbel-max trick:
+    argmax(logits + Gumbel noise) is an exact sample from softmax(logits), and needs no
+    normalisation and no host synchronisation (unlike torch.multinomial on the CPU).
+
+    Called on detached logits: sampling is not differentiable, and §2 trains G by maximum
+    likelihood only. Noise is drawn in float32 so bf16 rounding cannot bias the sample."""
+    u = torch.rand(logits.shape, device=logits.device, generator=generator)
+    gumbel = -torch.log(-torch.log(u.clamp(1e-9, 1.0 - 1e-7)))
+    return torch.argmax(logits.detach().float() + gumbel, dim=-1)

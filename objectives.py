@@ -1,0 +1,93 @@
+"""Pre-training objectives: ELECTRA's replaced token detection (§2) and BERT's MLM (§3.3).
+
+The objective is kept apart from the networks (as in lucidrains/electra-pytorch): G and D are
+any masked LM and any per-token classifier. That makes BERT-Small a different objective over
+the same pieces, not a second implementation.
+
+ELECTRA, one training step, in the paper's order (§2, Figure 2):
+
+    m_i ~ unif{1, n} for i = 1..k            x_masked  = REPLACE(x, m, [MASK])     (data.py)
+    x̂_i ~ p_G(x_i | x_masked) for i in m    x_corrupt = REPLACE(x, m, x̂)
+    min_{θG, θD}  L_MLM(x, θG) + λ L_Disc(x, θD)        with λ = 50 (Appendix A)
+
+λ is large because L_Disc is a binary cross-entropy over 128 mostly easy tokens, much smaller
+than a 30k-way MLM loss (Appendix A, footnote 8); 50 balances the two gradients.
+"""
+import torch
+import torch.nn as nn
+
+from discriminator import Discriminator, disc_loss
+from encoder import Embeddings, init_weights
+from generator import Generator, mlm_loss, sample
+
+
+def shared_embeddings(cfg):
+    return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)
+
+
+def masked_accuracy(logits, targets, weights):
+    """Sum of correct argmax predictions over used slots, and the number of used slots."""
+    return ((logits.argmax(-1) == targets).float() * weights).sum(), weights.sum()
+
+
+class ELECTRA(nn.Module):
+    """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        embeddings = shared_embeddings(cfg)                 # one module, two owners: tied
+        self.generator = Generator(cfg.gen, embeddings)
+        self.discriminator = Discriminator(cfg.disc, embeddings)
+        self.disc_weight = cfg.disc_weight                  # λ
+        self.apply(init_weights)
+
+    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
+        # 1. The generator reads x_masked and predicts the masked tokens: L_MLM.
+        gen_logits = self.generator(x_masked, positions, pad_mask)
+        loss_mlm = mlm_loss(gen_logits, targets, weights)
+
+        # 2. Sample x̂ from p_G and build x_corrupt. Everything here is discrete and under
+        #    no_grad: no gradient from L_Disc can reach G through the samples (§2).
+        with torch.no_grad():
+            x_hat = torch.where(weights > 0, sample(gen_logits), targets)
+            x_corrupt = x.scatter(1, positions, x_hat)
+            # A sample equal to the original is "real" (§2): labels compare with x, not with m.
+            is_replaced = x_corrupt != x
+
+        # 3. The discriminator labels every token of x_corrupt: L_Disc over all positions.
+        disc_logits = self.discriminator(x_corrupt, pad_mask)
+        loss_disc = disc_loss(disc_logits, is_replaced, pad_mask)
+        loss = loss_mlm + self.disc_weight * loss_disc
+
+        # Statistics for the progress line, as tensors (no host sync here).
+        with torch.no_grad():
+            real = torch.ones_like(is_replaced) if pad_mask is None else pad_mask
+            correct = ((disc_logits > 0) == is_replaced) & real
+            stats = dict(gen_correct=masked_accuracy(gen_logits, targets, weights),
+                         disc_correct=(correct.float().sum(), real.float().sum()),
+                         replaced_correct=((correct & is_replaced).float().sum(),
+                                           is_replaced.float().sum()))
+        return loss, dict(mlm_loss=loss_mlm.detach(), disc_loss=loss_disc.detach(), **stats)
+
+
+class BERT(nn.Module):
+    """BERT-Small (§3.3): "the same hyperparameters" and D's exact shape, trained by masked
+    language modelling alone - which is the generator class at the discriminator's size.
+    data.py masks its inputs 80 % [MASK] / 10 % random / 10 % kept. Fine-tuning keeps
+    `mlm.embeddings` and `mlm.encoder`, exactly as it keeps D's for ELECTRA."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.mlm = Generator(cfg.disc, shared_embeddings(cfg))
+        self.apply(init_weights)
+
+    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
+        logits = self.mlm(x_masked, positions, pad_mask)
+        loss = mlm_loss(logits, targets, weights)
+        return loss, dict(mlm_loss=loss.detach(),
+                          gen_correct=masked_accuracy(logits.detach(), targets, weights))
+
+
+def build_model(cfg):
+    """The pre-training model a config describes."""
+    return BERT(cfg) if cfg.model == "bert" else ELECTRA(cfg)

@@ -1,0 +1,248 @@
+"""Plot GLUE-vs-compute curves, training curves and a Table-1-style summary.
+
+Reproduces, for our own (much smaller) runs, the presentation of the ELECTRA paper
+(Clark et al., ICLR 2020):
+  * glue_vs_flops.png  -- Figure 1 / Figure 4 (right): GLUE dev score vs pre-training FLOPs,
+                          one line per (model, objective), incl. the Table 5 ablations,
+                          with the paper's Table 1 small-model points drawn faintly in grey.
+  * training_curves.png -- L_MLM, L_Disc, generator and discriminator accuracy vs FLOPs.
+  * table1.md           -- Table 1: Model, Train FLOPs, Params, Time + hardware, GLUE, tasks.
+
+Usage (results JSONs come from finetune_glue.py, logs are the JSON Lines pre-training logs):
+  python plot_results.py --results out/glue_*.json [--logs out/*/log.jsonl] [--out_dir plots/]
+"""
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: never try to open a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+# canonical GLUE order and display names (paper Table 8 column order; WNLI is never used)
+TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", stsb="STS-B", qqp="QQP",
+                  mnli="MNLI", qnli="QNLI", rte="RTE")
+# names the paper's Table 5 uses for each pre-training objective ("mlm" is plain BERT)
+SERIES_NAMES = {"electra": "ELECTRA", "electra15": "ELECTRA 15%", "replace_mlm": "Replace MLM",
+                "all_tokens_mlm": "All-Tokens MLM", "mlm": "BERT"}
+COLORS = {"ELECTRA": "tab:blue", "BERT": "tab:orange", "ELECTRA 15%": "tab:green",
+          "Replace MLM": "tab:red", "All-Tokens MLM": "tab:purple"}
+# paper Table 1 (GLUE dev, all 8 tasks): ELECTRA-Small at 6.25%..100% of training, BERT-Small
+PAPER_ELECTRA = [(8.9e16, 74.1), (1.8e17, 76.0), (3.6e17, 77.7), (7.1e17, 79.0), (1.4e18, 79.9)]
+PAPER_BERT = [(1.4e18, 75.1)]
+
+
+class InputError(Exception):  # bad user input: one line on stderr, exit code 2
+    pass
+
+
+def series_name(model, objective):
+    return SERIES_NAMES.get(objective, f"{model}/{objective}")
+
+
+def _read_text(path):
+    try:
+        return pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})")
+
+
+def load_results(path):
+    """Load and validate one finetune_glue.py results file."""
+    hint = " — run finetune_glue.py first"
+    try:
+        r = json.loads(_read_text(path))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError(f"{path}: not valid JSON{hint}")
+    for key in ("tasks", "pretrain", "glue_score", "glue_tasks"):
+        if not isinstance(r, dict) or key not in r:
+            raise InputError(f'{path}: not a GLUE results file (no "{key}" key){hint}')
+    p, num = r["pretrain"], (int, float)
+    if not isinstance(p, dict) or any(k not in p for k in ("model", "objective", "flops")):
+        raise InputError(f'{path}: "pretrain" needs "model", "objective" and "flops"{hint}')
+    if not (isinstance(p["flops"], num) and isinstance(r["glue_score"], num)
+            and isinstance(r["glue_tasks"], list) and isinstance(r["tasks"], dict)):
+        raise InputError(f'{path}: wrong types (need numeric pretrain.flops and glue_score, '
+                         'a glue_tasks list and a tasks object)')
+    for name, t in r["tasks"].items():
+        ok = isinstance(t, dict) and isinstance(t.get("median"), dict)
+        if not ok or not isinstance(t["median"].get(t.get("metric")), num):
+            raise InputError(f'{path}: task "{name}" has no median value for its main metric')
+    return r
+
+
+def load_log(path):
+    """Load a JSON Lines pre-training log, skipping lines cut off by a run killed mid-write."""
+    recs = []
+    for i, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            print(f"warning: {path}:{i}: skipping line that is not valid JSON (truncated write?)",
+                  file=sys.stderr)
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("flops"), (int, float)):
+            recs.append(rec)
+    if not recs:
+        raise InputError(f'{path}: not a pre-training log (no JSON lines with a "flops" key)'
+                         " — pass the log.jsonl written by pre-training")
+    return recs
+
+
+def log_labels(paths, logs):
+    """Label each log by its model/objective; add the folder name when that is ambiguous."""
+    base = [series_name(l[0]["model"], l[0]["objective"])
+            if "model" in l[0] and "objective" in l[0] else None for l in logs]
+    folders = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths]
+    return [folder if b is None else b if base.count(b) == 1 else f"{b} ({folder})"
+            for b, folder in zip(base, folders)]
+
+
+def glue_figure(runs):
+    """Figure 1 / Figure 4 (right) style: GLUE score vs pre-training FLOPs."""
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    # paper reference first so our runs are drawn on top; faint grey, labelled "paper"
+    for pts, label, marker in [(PAPER_ELECTRA, "paper: ELECTRA-Small (Table 1, 8 tasks)", "o"),
+                               (PAPER_BERT, "paper: BERT-Small (Table 1, 8 tasks)", "s")]:
+        ax.plot(*zip(*pts), marker=marker, color="grey", alpha=0.35, lw=1, ls="--", label=label)
+    groups = {}
+    for r in runs:
+        p = r["pretrain"]
+        groups.setdefault(series_name(p["model"], p["objective"]), []).append(r)
+    task_sets = {tuple(sorted(r["glue_tasks"], key=_task_key)) for r in runs}
+    for name, rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r["pretrain"]["flops"])
+        label = name
+        if len(task_sets) > 1:  # task sets differ between runs: say so per series
+            label += " [" + " | ".join(sorted({_tasks_str(r["glue_tasks"]) for r in rs})) + "]"
+        ax.plot([r["pretrain"]["flops"] for r in rs], [r["glue_score"] for r in rs], marker="o",
+                lw=2, color=COLORS.get(name), label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("Pre-train FLOPs")
+    ax.set_ylabel("GLUE dev score")
+    tasks = next(iter(task_sets))
+    cover = (f"{len(tasks)} of 8 tasks: {_tasks_str(tasks)}" if len(task_sets) == 1
+             else "task sets differ between runs (see legend)")
+    # honesty: our score may average fewer tasks than the paper's 8, so it is not comparable 1:1
+    ax.set_title(f"GLUE score vs pre-training compute\nours: {cover}; paper: all 8 tasks",
+                 fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def curves_figure(logs, labels):
+    """L_MLM, L_Disc, generator / discriminator accuracy vs FLOPs, one line per log."""
+    panels = [("mlm_loss", "L_MLM (generator)"), ("disc_loss", "L_Disc (discriminator)"),
+              ("gen_acc", "generator MLM accuracy"), ("disc_acc", "discriminator accuracy")]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for recs, label in zip(logs, labels):
+            # BERT logs carry null discriminator values: drop them; flops<=0 cannot go on log-x
+            pts = [(r["flops"], r[key]) for r in recs
+                   if isinstance(r.get(key), (int, float)) and r["flops"] > 0]
+            if pts:
+                ax.plot(*zip(*pts), lw=1.5, label=label, color=COLORS.get(label))
+        ax.set_xscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("Pre-train FLOPs")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=8)
+        else:  # e.g. only BERT logs were given: they have no discriminator
+            ax.text(0.5, 0.5, "no data in these logs", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
+def _task_key(t):
+    return TASKS.index(t) if t in TASKS else len(TASKS)
+
+
+def _tasks_str(tasks):
+    return ", ".join(TASK_NAMES.get(t, t) for t in sorted(tasks, key=_task_key))
+
+
+def _fmt_time(r):
+    s, dev = r["pretrain"].get("elapsed_s"), r["pretrain"].get("device")
+    t = ("?" if not isinstance(s, (int, float)) else f"{s / 60:.0f}m" if s < 3600
+         else f"{s / 3600:.1f}h" if s < 172800 else f"{s / 86400:.1f}d")
+    return f"{t} on 1 {dev}" if dev else t
+
+
+def table1(runs):
+    """Markdown table in the form of the paper's Table 1, one row per results file."""
+    runs = sorted(runs, key=lambda r: (r["pretrain"]["model"], r["pretrain"]["objective"],
+                                       r["pretrain"]["flops"]))
+    tasks = sorted({t for r in runs for t in r["tasks"]}, key=_task_key)
+    head = ["Model", "Train FLOPs", "Params", "Time + hardware", "GLUE"]
+    metric = lambda t: "/".join(sorted({r["tasks"][t]["metric"] for r in runs if t in r["tasks"]}))
+    head += [f"{TASK_NAMES.get(t, t)} ({metric(t)})" for t in tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        p = r["pretrain"]
+        name = series_name(p["model"], p["objective"])
+        if isinstance(p.get("steps"), int):
+            name += f" ({p['steps'] / 1000:g}k steps)"
+        params = f"{p['params'] / 1e6:.1f}M" if isinstance(p.get("params"), (int, float)) else "?"
+        row = [name, f"{p['flops']:.1e}", params, _fmt_time(r), f"{r['glue_score']:.1f}"]
+        for t in tasks:
+            tr = r["tasks"].get(t)
+            row.append(f"{100 * tr['median'][tr['metric']]:.1f}" if tr else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + ("\n\nGLUE = mean over each run's glue_tasks of the median (over "
+                               "seeds) main metric x100, on the dev sets.\n")
+
+
+def _atomic_write(path, write):
+    # readers (or a crash) never see a half-written file: write aside, then rename atomically
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv=None):
+    ap = _Parser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", nargs="*", default=[], help="JSON(s) from finetune_glue.py")
+    ap.add_argument("--logs", nargs="*", default=[], help="pre-training JSON Lines log(s)")
+    ap.add_argument("--out_dir", default="plots")
+    args = ap.parse_args(argv)
+    try:  # validate every input before writing anything: no partial outputs on bad input
+        if not args.results:
+            raise InputError("no results files given — pass --results R.json [R.json ...]")
+        runs = [load_results(p) for p in args.results]
+        logs = [load_log(p) for p in args.logs]
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out_dir, exist_ok=True)
+    figs = {"glue_vs_flops.png": glue_figure(runs)}
+    if logs:
+        figs["training_curves.png"] = curves_figure(logs, log_labels(args.logs, logs))
+    else:
+        print("note: no --logs given, skipping training_curves.png", file=sys.stderr)
+    for name, fig in figs.items():
+        _atomic_write(os.path.join(args.out_dir, name), lambda p: fig.savefig(p, format="png"))
+        plt.close(fig)
+    table = table1(runs)
+    _atomic_write(os.path.join(args.out_dir, "table1.md"),
+                  lambda p: pathlib.Path(p).write_text(table, encoding="utf-8"))
+    print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
