@@ -24,10 +24,12 @@ import gzip
 import json
 import lzma
 import os
+import queue
 import re
 import shutil
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -36,7 +38,8 @@ import torch
 
 from tokenizer import Tokenizer, train_bpe
 
-DATA_ROOT = Path(__file__).resolve().parent / "data"
+# Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them (tests use it).
+DATA_ROOT = Path(os.environ.get("ELECTRA_DATA_ROOT", Path(__file__).resolve().parent / "data"))
 DEMO_NAME = "demo"
 TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz", ".jsonl")
 SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
@@ -94,7 +97,7 @@ class PretrainingData:
     is a pure function of (seed, epoch), so the data position is just two integers (epoch,
     batch) - saved in every checkpoint, which makes --resume exact."""
 
-    def __init__(self, data_dir, split, batch_size, seq_len, seed=0):
+    def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1):
         self.dir = Path(data_dir)
         self.meta = load_meta(self.dir)
         self.tokens = np.memmap(self.dir / f"{split}.bin", dtype=np.uint16, mode="r")
@@ -104,7 +107,9 @@ class PretrainingData:
             raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} sequences of "
                             f"{seq_len} tokens, fewer than one batch of {batch_size}: "
                             "prepare more text or lower --batch_size")
-        self.batch_size, self.seed = batch_size, seed
+        # With N processes (torchrun) each rank reads its own 1/N slice of every global batch.
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.local = batch_size // world
         self.cls, self.sep = self.meta["cls_id"], self.meta["sep_id"]
         self.epoch, self.batch = 0, 0
         self._order_epoch, self._order = None, None
@@ -122,15 +127,17 @@ class PretrainingData:
         """A torch RNG seeded by the data position, so masks differ every time a sequence is
         seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
         g = torch.Generator()
-        g.manual_seed((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch)
+        g.manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
+                      + self.rank)
         return g
 
     def next_batch(self):
-        """(B, seq_len) int64 token ids, [CLS] + window + [SEP]; advances the position."""
+        """(B / world, seq_len) int64 token ids, [CLS] + window + [SEP]; advances the position."""
         if self._order_epoch != self.epoch:
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
-        idx = self._order[self.batch * self.batch_size:(self.batch + 1) * self.batch_size]
+        first = self.batch * self.batch_size + self.rank * self.local
+        idx = self._order[first:first + self.local]
         starts = idx[:, None] * self.window + np.arange(self.window)[None, :]
         x = np.empty((len(idx), self.window + 2), dtype=np.int64)
         x[:, 0], x[:, -1], x[:, 1:-1] = self.cls, self.sep, self.tokens[starts]
@@ -138,6 +145,43 @@ class PretrainingData:
         if self.batch >= self.batches_per_epoch():
             self.epoch, self.batch = self.epoch + 1, 0
         return torch.from_numpy(x)
+
+
+class Prefetcher:
+    """Prepares batches in a background thread while the GPU computes (reading the memmap,
+    masking, copying into pinned memory cost CPU time that would otherwise stall the GPU).
+    Each item is (batch, data position after it): the trainer checkpoints the position of the
+    last batch it *used*, not of the ones waiting in the queue, so --resume stays exact."""
+
+    def __init__(self, make_batch, depth=4):
+        self.make_batch, self.queue = make_batch, queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self):
+        try:
+            while not self.stop.is_set():
+                item = self.make_batch()
+                item = ({k: v.pin_memory() for k, v in item[0].items()}, item[1])
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+        except Exception as e:              # surface errors in the training thread
+            self.queue.put(e)
+
+    def __call__(self):
+        item = self.queue.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
 
 
 def load_meta(data_dir):
@@ -322,9 +366,12 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         log("")
         for f in files.values():
             f.close()
-        if counts["val"] == 0:                              # tiny corpora: take val from train
-            shutil.copy(tmp / "train.bin", tmp / "val.bin")
-            counts["val"] = counts["train"]
+        if counts["val"] == 0:          # under `val_every` documents: hold out train's tail
+            train = np.fromfile(tmp / "train.bin", dtype=np.uint16)
+            n_val = max(len(train) // val_every, min(len(train) // 2, 4096))
+            train[-n_val:].tofile(tmp / "val.bin")
+            train[:-n_val].tofile(tmp / "train.bin")
+            counts = {"train": len(train) - n_val, "val": n_val}
         meta = dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, cls_id=tok.cls_id,
                     sep_id=tok.sep_id, mask_id=tok.mask_id, train_tokens=counts["train"],
                     val_tokens=counts["val"], documents=n_docs, source=source)

@@ -26,7 +26,8 @@ import torch
 
 from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from data import DataError, PretrainingData, load_meta, load_tokenizer, mask_slots, mask_tokens
-from data import prepare_demo
+from data import DATA_ROOT, DEMO_NAME, Prefetcher, prepare_demo
+from distributed import Dist
 from encoder import EncoderConfig
 from flops import peak_flops, train_flops_per_step
 from objectives import build_model
@@ -125,30 +126,52 @@ def count_params(model, cfg):
     return n(model.generator) - shared, n(model.discriminator), shared, n(model)
 
 
+def training_step(model, opt, batch, lr, cfg, device):
+    """One optimizer step of L_MLM + λ L_Disc (or of the config's objective) on a CPU batch
+    {x, x_masked, positions, targets, weights}; returns the statistics as device tensors."""
+    batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
+    for group in opt.param_groups:
+        group["lr"] = lr
+    # bf16 autocast on GPUs: tensor cores run bf16 matmuls several times faster; the losses
+    # are computed in float32 inside mlm_loss / disc_loss.
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        loss, stats = model(**batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return stats
+
+
 class Trainer:
     """The loop: sample a batch, mask it, one step of L_MLM + λ L_Disc, log, checkpoint."""
 
-    def __init__(self, cfg, args, device, data_dir, resume_ckpt=None):
+    def __init__(self, cfg, args, device, data_dir, resume_ckpt=None, dist=None):
         self.cfg, self.args, self.device = cfg, args, device
+        self.dist = dist or Dist()
         self.out = Path(args.out_dir)
-        self.data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed)
+        self.data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
+                                    self.dist.rank, self.dist.world)
         self.tokenizer = load_tokenizer(data_dir)
-        self.model = build_model(cfg).to(device)
-        self.opt = make_optimizer(self.model, cfg, device)
+        self.raw_model = build_model(cfg).to(device)      # what checkpoints hold
+        self.opt = make_optimizer(self.raw_model, cfg, device)
         self.flops_per_step = train_flops_per_step(cfg)
         self.step, self.flops, self.elapsed = 0, 0.0, 0.0
         self.saved_fractions = []
         if resume_ckpt is not None:
-            self.model.load_state_dict(resume_ckpt["model"])
+            self.raw_model.load_state_dict(resume_ckpt["model"])
             self.opt.load_state_dict(resume_ckpt["optimizer"])
             self.step, self.flops = resume_ckpt["step"], resume_ckpt["flops"]
             self.elapsed = resume_ckpt["elapsed_s"]
             self.saved_fractions = list(resume_ckpt.get("saved_fractions", []))
             self.data.load_state_dict(resume_ckpt["data"])
             set_rng_state(resume_ckpt["rng"])
-        self.autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-        ids = self.data.meta
-        self.special = (ids["pad_id"], ids["cls_id"], ids["sep_id"])
+        self.data_state = self.data.state_dict()           # position after the last used batch
+        self.model = self.dist.wrap(self.raw_model)
+        if args.compile:
+            self.model = torch.compile(self.model)
+        meta = self.data.meta
+        self.special = (meta["pad_id"], meta["cls_id"], meta["sep_id"])
         # BERT's masking: 80 % [MASK], 10 % random, 10 % kept; ELECTRA's: 85 % [MASK], 15 % kept.
         self.mask_kw = dict(replace_prob=0.8, random_prob=0.1) if cfg.model == "bert" else \
             dict(replace_prob=0.85, random_prob=0.0)
@@ -161,92 +184,109 @@ class Trainer:
         return self.step / self.args.max_steps
 
     def checkpoint_state(self):
-        return dict(config=self.cfg.to_dict(), model=self.model.state_dict(),
+        return dict(config=self.cfg.to_dict(), model=self.raw_model.state_dict(),
                     optimizer=self.opt.state_dict(), step=self.step, flops=self.flops,
-                    elapsed_s=self.elapsed, rng=rng_state(), data=self.data.state_dict(),
+                    elapsed_s=self.elapsed, rng=rng_state(), data=self.data_state,
                     tokenizer=self.tokenizer.to_text(), saved_fractions=self.saved_fractions,
                     budget=dict(hours=self.args.hours, max_steps=self.args.max_steps),
-                    seed=self.args.seed, device=str(self.device))
+                    seed=self.args.seed, device=str(self.device), world=self.dist.world)
 
     def save(self, name="ckpt.pt"):
-        save_checkpoint(self.out / name, self.checkpoint_state())
+        if self.dist.main:
+            save_checkpoint(self.out / name, self.checkpoint_state())
 
     # -- one step ----------------------------------------------------------------------------
-    def train_step(self, lr):
+    def make_batch(self):
+        """The next batch, masked on the CPU, and the data position after it."""
         x = self.data.next_batch()
         batch = mask_tokens(x, self.special, self.data.meta["mask_id"], self.cfg.n_slots,
                             self.cfg.mask_prob, n_random=self.data.meta["vocab_size"] - 4,
-                            generator=self.data_mask_rng, **self.mask_kw)
-        nb = self.device.type == "cuda"
-        x = x.to(self.device, non_blocking=nb)
-        batch = {k: v.to(self.device, non_blocking=nb) for k, v in batch.items()}
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        with self.autocast:
-            loss, stats = self.model(x, **batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return stats
+                            generator=self.data.mask_generator(), **self.mask_kw)
+        return dict(x=x, **batch), self.data.state_dict()
+
+    def train_step(self, batch, lr):
+        try:
+            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device)
+        except Exception as e:          # torch.compile can fail on some setups: fall back
+            if not self.args.compile or self.model is self.raw_model:
+                raise
+            print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                  "continuing eagerly", file=sys.stderr)
+            self.opt.zero_grad(set_to_none=True)
+            self.model = self.dist.wrap(self.raw_model)
+            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self):
-        cfg, args = self.cfg, self.args
+        cfg, args, main = self.cfg, self.args, self.dist.main
         peak, peak_note = peak_flops(self.device)
-        log_file = open(self.out / "log.jsonl", "a")
+        peak = peak * self.dist.world if peak else None
+        log_file = open(self.out / "log.jsonl", "a") if main else None
+        # On a GPU a background thread prepares batches while the GPU works (data.Prefetcher).
+        fetch = Prefetcher(self.make_batch) if self.device.type == "cuda" else self.make_batch
         sums, interval_start, interval_steps = {}, time.time(), 0
         last_ckpt = time.time()
         t0, elapsed0 = time.time(), self.elapsed
-        print(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
+        if main:
+            print(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
         try:
             while self.progress() < 1.0:
-                self.data_mask_rng = self.data.mask_generator()
-                stats = self.train_step(lr_at(self.progress(), cfg))
+                batch, data_state = fetch()
+                stats = self.train_step(batch, lr_at(self.progress(), cfg))
                 self.step += 1
                 self.flops += self.flops_per_step
-                self.elapsed = elapsed0 + time.time() - t0
+                self.data_state = data_state
+                now = elapsed0 + time.time() - t0
+                self.elapsed = self.dist.broadcast_float(now) if args.hours else now
                 interval_steps += 1
                 for k, v in stats.items():                 # accumulate on the device
-                    v = torch.stack(v) if isinstance(v, tuple) else v
+                    v = torch.stack(v) if isinstance(v, tuple) else v.detach()
                     sums[k] = sums[k] + v if k in sums else v
                 if self.step % args.log_every == 0 or self.progress() >= 1.0:
-                    dt = time.time() - interval_start
-                    rec = self.log_record(sums, interval_steps, dt, peak)
-                    print(self.progress_line(rec), flush=True)
-                    log_file.write(json.dumps(rec) + "\n")
-                    log_file.flush()
+                    sums = {k: self.dist.sum(v.float()) for k, v in sums.items()}
+                    rec = self.log_record(sums, interval_steps, time.time() - interval_start, peak)
+                    if main:
+                        print(self.progress_line(rec), flush=True)
+                        log_file.write(json.dumps(rec) + "\n")
+                        log_file.flush()
                     sums, interval_start, interval_steps = {}, time.time(), 0
                 for f in args.save_at:                     # Table 1-style compute checkpoints
                     if self.progress() >= f and f not in self.saved_fractions:
                         self.saved_fractions.append(f)
                         self.save(f"ckpt_{f:g}.pt")
+                due = time.time() - last_ckpt > args.ckpt_every_min * 60
                 if (args.save_every and self.step % args.save_every == 0) or \
-                        time.time() - last_ckpt > args.ckpt_every_min * 60:
+                        self.dist.broadcast_float(float(due)):
                     self.save()
                     last_ckpt = time.time()
         except KeyboardInterrupt:
             self.save()
-            print(f"\ninterrupted at step {self.step}: saved {self.out / 'ckpt.pt'}; "
-                  "continue with --resume", file=sys.stderr)
+            if main:
+                print(f"\ninterrupted at step {self.step}: saved {self.out / 'ckpt.pt'}; "
+                      "continue with --resume", file=sys.stderr)
             return 130
         finally:
-            log_file.close()
+            if log_file:
+                log_file.close()
+            if isinstance(fetch, Prefetcher):
+                fetch.close()
         self.save()
-        print(f"done: {self.step} steps, {self.flops:.3g} FLOPs, "
-              f"{self.elapsed / 3600:.2f} h; saved {self.out / 'ckpt.pt'}")
+        if main:
+            print(f"done: {self.step} steps, {self.flops:.3g} FLOPs, "
+                  f"{self.elapsed / 3600:.2f} h; saved {self.out / 'ckpt.pt'}")
         return 0
 
     def log_record(self, sums, steps, dt, peak):
         """Read the accumulated statistics back from the device (the only host sync)."""
         s = {k: v.float().cpu() for k, v in sums.items()}
+        w = self.dist.world
         ratio = lambda k: (s[k][0] / s[k][1].clamp(min=1)).item() if k in s else None
         tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
         mfu = self.flops_per_step * steps / dt / peak if peak else None
         left = self.args.hours * 3600 - self.elapsed if self.args.hours else \
             (self.args.max_steps - self.step) * dt / steps
-        return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps).item(),
-                    disc_loss=(s["disc_loss"] / steps).item() if "disc_loss" in s else None,
+        return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps / w).item(),
+                    disc_loss=(s["disc_loss"] / steps / w).item() if "disc_loss" in s else None,
                     gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
                     disc_acc_replaced=ratio("replaced_correct"), tokens_per_s=tok_s, mfu=mfu,
                     flops=self.flops, elapsed_s=self.elapsed, eta_s=max(0.0, left),
@@ -284,6 +324,7 @@ def parse_args(argv=None):
     p.add_argument("--ckpt_every_min", type=float, default=15.0, help="periodic checkpoint")
     p.add_argument("--save_every", type=int, default=0, help="also checkpoint every N steps")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU speed)")
     return p.parse_args(argv)
 
 
@@ -301,14 +342,18 @@ def config_from_args(args, meta):
 
 def main(argv=None):
     args = parse_args(argv)
+    dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
     try:
-        return _main(args)
+        return _main(args, dist)
     except (DataError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if dist.main:
+            print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        dist.close()
 
 
-def _main(args):
+def check_args(args):
     if args.hours is not None and not (args.hours > 0 and math.isfinite(args.hours)):
         raise DataError(f"--hours {args.hours}: must be a positive number of hours")
     if args.max_steps is not None and args.max_steps <= 0:
@@ -319,30 +364,34 @@ def _main(args):
         raise DataError(f"--save_at {args.save_at!r}: give fractions like 0.25,0.5,1") from None
     if any(not 0 < f <= 1 for f in args.save_at):
         raise DataError("--save_at: every fraction must be in (0, 1]")
+
+
+def _main(args, dist):
+    check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    device = dist.device(pick_device(args.device))
+    say = print if dist.main else (lambda *a, **k: None)
     out = Path(args.out_dir)
     ckpt_path = out / "ckpt.pt"
     resume = None
     if args.resume:
         resume = load_checkpoint(ckpt_path)
         cfg = Config.from_dict(resume["config"])
-        for flag in ("model", "size", "batch_size"):
-            if getattr(args, flag) is not None:
-                cli = config_from_args(args, {"vocab_size": cfg.vocab_size})
-                if cli.to_dict() != cfg.to_dict():
-                    raise CheckpointError(f"{ckpt_path} was trained with a different config "
-                                          f"(--{flag}); resume without changing it")
-        b = resume["budget"]
-        if args.hours is None and args.max_steps is None:
-            args.hours, args.max_steps = b["hours"], b["max_steps"]
-        if args.seed != resume["seed"]:
-            args.seed = resume["seed"]
+        if any(getattr(args, f) is not None for f in ("model", "size", "batch_size")) and \
+                config_from_args(args, {"vocab_size": cfg.vocab_size}).to_dict() != cfg.to_dict():
+            raise CheckpointError(f"{ckpt_path} was trained with a different config (--model, "
+                                  "--size or --batch_size); resume without changing them")
+        if args.hours is None and args.max_steps is None:       # keep the checkpoint's budget
+            args.hours, args.max_steps = resume["budget"]["hours"], resume["budget"]["max_steps"]
+        args.seed = resume["seed"]
     elif ckpt_path.exists():
         raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
                         "--out_dir (nothing was overwritten)")
-    data_dir = Path(args.data) if args.data else prepare_demo()
+    if not args.data and dist.main:      # rank 0 builds the demo corpus, the others wait
+        prepare_demo(log=say)
+    dist.barrier()
+    data_dir = Path(args.data) if args.data else DATA_ROOT / DEMO_NAME
     meta = load_meta(data_dir)
     if resume is None:
         cfg = config_from_args(args, meta)
@@ -350,19 +399,22 @@ def _main(args):
             load_tokenizer(data_dir).to_text() != resume["tokenizer"]:
         raise CheckpointError(f"{ckpt_path} was trained with another tokenizer than "
                               f"{data_dir}'s; resume with the same --data")
+    if cfg.batch_size % dist.world:
+        raise DataError(f"batch size {cfg.batch_size} does not split over {dist.world} processes")
     if args.hours is None and args.max_steps is None:
         args.max_steps = cfg.train_steps
     out.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(cfg, args, device, data_dir, resume)
-    g, d, shared, total = count_params(trainer.model, cfg)
-    print(f"{cfg.model}: D {d / 1e6:.2f}M params (incl. {shared / 1e6:.2f}M shared embeddings)"
-          + (f", G {g / 1e6:.2f}M + shared" if cfg.model == "electra" else "")
-          + f", total {total / 1e6:.2f}M | {trainer.flops_per_step:.3g} training FLOPs/step"
-          f" | device {device} | data {data_dir} ({meta['train_tokens']:,} tokens)")
+    torch.manual_seed(args.seed)        # initial weights; a resume restores the RNG state later
+    trainer = Trainer(cfg, args, device, data_dir, resume, dist)
+    g, d, shared, total = count_params(trainer.raw_model, cfg)
+    say(f"{cfg.model}: D {d / 1e6:.2f}M params (incl. {shared / 1e6:.2f}M shared embeddings)"
+        + (f", G {g / 1e6:.2f}M + shared" if cfg.model == "electra" else "")
+        + f", total {total / 1e6:.2f}M | {trainer.flops_per_step:.3g} training FLOPs/step"
+        f" | device {device} x {dist.world} | data {data_dir} ({meta['train_tokens']:,} tokens)")
     if resume is not None:
-        print(f"resuming at step {trainer.step} ({trainer.elapsed / 3600:.2f} h done)")
+        say(f"resuming at step {trainer.step} ({trainer.elapsed / 3600:.2f} h done)")
     budget = f"{args.hours:g} h" if args.hours else f"{args.max_steps:,} steps"
-    print(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
+    say(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
     # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     return trainer.run()

@@ -122,7 +122,8 @@ def peak_flops(device):
     if device.type != "cpu":
         return None, f"{device.type}: unknown peak"
     n, best = 1024, 0.0
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    g = torch.Generator().manual_seed(0)        # leave the global RNG (training's) untouched
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
     for _ in range(5):
         t = time.perf_counter()
         a @ b

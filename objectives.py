@@ -30,6 +30,16 @@ def masked_accuracy(logits, targets, weights):
     return ((logits.argmax(-1) == targets).float() * weights).sum(), weights.sum()
 
 
+def corrupt(x, positions, x_hat, weights):
+    """x_corrupt = REPLACE(x, m, x̂) and its labels. Every used slot takes the generator's
+    sample (also the 15 % of positions G saw unmasked, as in the official code); unused slots
+    write back the original token. A sample equal to the original is "real" (§2), so the
+    labels compare x_corrupt with x, not "was this position in m"."""
+    x_hat = torch.where(weights > 0, x_hat, torch.gather(x, 1, positions))
+    x_corrupt = x.scatter(1, positions, x_hat)
+    return x_corrupt, x_corrupt != x
+
+
 class ELECTRA(nn.Module):
     """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2)."""
 
@@ -49,10 +59,7 @@ class ELECTRA(nn.Module):
         # 2. Sample x̂ from p_G and build x_corrupt. Everything here is discrete and under
         #    no_grad: no gradient from L_Disc can reach G through the samples (§2).
         with torch.no_grad():
-            x_hat = torch.where(weights > 0, sample(gen_logits), targets)
-            x_corrupt = x.scatter(1, positions, x_hat)
-            # A sample equal to the original is "real" (§2): labels compare with x, not with m.
-            is_replaced = x_corrupt != x
+            x_corrupt, is_replaced = corrupt(x, positions, sample(gen_logits), weights)
 
         # 3. The discriminator labels every token of x_corrupt: L_Disc over all positions.
         disc_logits = self.discriminator(x_corrupt, pad_mask)
@@ -67,7 +74,7 @@ class ELECTRA(nn.Module):
                          disc_correct=(correct.float().sum(), real.float().sum()),
                          replaced_correct=((correct & is_replaced).float().sum(),
                                            is_replaced.float().sum()))
-        return loss, dict(mlm_loss=loss_mlm.detach(), disc_loss=loss_disc.detach(), **stats)
+        return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats)
 
 
 class BERT(nn.Module):
@@ -84,7 +91,7 @@ class BERT(nn.Module):
     def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
         logits = self.mlm(x_masked, positions, pad_mask)
         loss = mlm_loss(logits, targets, weights)
-        return loss, dict(mlm_loss=loss.detach(),
+        return loss, dict(mlm_loss=loss,
                           gen_correct=masked_accuracy(logits.detach(), targets, weights))
 
 

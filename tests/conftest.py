@@ -1,0 +1,73 @@
+"""Shared test fixtures: a small prepared corpus and a way to run the command lines.
+
+Real text comes from ../shared/data/corpus when it is there (as on the developers' machines and
+CI); elsewhere a generated corpus with learnable structure stands in, so the suite still runs."""
+import lzma
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CORPUS = SHARED / "data" / "corpus"
+sys.path.insert(0, str(ROOT))
+
+
+def real_text(n_chars, shard="wiki2015-00.txt.xz"):
+    """The first n_chars of a ../shared corpus shard, or None when it is absent."""
+    path = CORPUS / shard
+    if not path.exists():
+        return None
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        return f.read(n_chars)
+
+
+def generated_text(n_sentences, seed=0):
+    """Template sentences: a masked LM can learn them, so losses visibly fall."""
+    rng = random.Random(seed)
+    subj = ["the cat", "a dog", "the old man", "my sister", "the teacher", "a small bird"]
+    verb = ["sees", "likes", "finds", "follows", "helps", "watches"]
+    obj = ["the ball", "a red house", "the river", "her friend", "the green tree", "a book"]
+    lines = [f"{rng.choice(subj)} {rng.choice(verb)} {rng.choice(obj)} in the morning."
+             for _ in range(n_sentences)]
+    return "\n\n".join(" ".join(lines[i:i + 5]) for i in range(0, len(lines), 5))
+
+
+def run_cli(*args, timeout=300, env=None):
+    """Run `python <args>` in the project root; returns CompletedProcess (text)."""
+    env = dict(env or os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory):
+    """~400 KB of text on disk: real Wikipedia text when ../shared is present."""
+    text = real_text(400_000) or generated_text(8000)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory, corpus_file):
+    """A prepared data folder (tokenizer of 1000 tokens + memmaps), made by data.prepare."""
+    import data
+    out = tmp_path_factory.mktemp("data") / "small"
+    docs = data.read_documents(corpus_file)
+    data.prepare(docs, out, vocab_size=1000, bpe_mb=1, log=lambda *a, **k: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def learnable_data_dir(tmp_path_factory):
+    """Generated template text: a tiny model learns it within a few hundred CPU steps."""
+    import data
+    out = tmp_path_factory.mktemp("data") / "learnable"
+    docs = generated_text(6000).split("\n\n")
+    data.prepare(docs, out, vocab_size=300, bpe_mb=1, log=lambda *a, **k: None)
+    return out

@@ -1,0 +1,161 @@
+"""The trainer end to end on a CPU: learning, budgets, checkpoints, resume, bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from checkpoint import load_checkpoint
+from conftest import ROOT, run_cli
+
+TINY = ["--size", "tiny", "--threads", "2"]
+
+
+def read_log(out):
+    """{step: record}; a resumed run re-logs steps, the last record wins."""
+    recs = [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines() if l.strip()]
+    return {r["step"]: r for r in recs}
+
+
+def one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    return r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and \
+        "Traceback" not in r.stderr
+
+
+def test_short_run_learns(learnable_data_dir, tmp_path):
+    out = tmp_path / "run"
+    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                "--max_steps", "600", "--log_every", "100")
+    assert r.returncode == 0, r.stderr
+    assert "params" in r.stdout and "training FLOPs/step" in r.stdout
+    log = read_log(out)
+    first, last = log[100], log[600]
+    assert last["disc_loss"] < first["disc_loss"], (first, last)
+    assert last["gen_acc"] > first["gen_acc"] + 0.03, (first, last)
+    assert last["mlm_loss"] < first["mlm_loss"]
+    assert last["flops"] == pytest.approx(6 * first["flops"])
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["step"] == 600 and ckpt["tokenizer"].strip()
+
+
+def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
+    args = ["--data", data_dir, *TINY, "--max_steps", "40", "--log_every", "1"]
+    ref = tmp_path / "ref"
+    r = run_cli("electra_small.py", *args, "--out_dir", ref)
+    assert r.returncode == 0, r.stderr
+    # the same run, checkpointing every 10 steps, killed with SIGKILL (no chance to save)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "electra_small.py", *map(str, args), "--out_dir",
+                             str(out), "--save_every", "10"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "log.jsonl").exists() and max(read_log(out), default=0) >= 23:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    saved = load_checkpoint(out / "ckpt.pt")["step"]
+    assert 10 <= saved < 40, saved
+    r = run_cli("electra_small.py", "--out_dir", out, "--resume", "--data", data_dir,
+                "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert f"resuming at step {saved}" in r.stdout
+    a, b = read_log(ref), read_log(out)
+    for step in range(saved + 1, 41):
+        assert b[step]["mlm_loss"] == pytest.approx(a[step]["mlm_loss"], rel=1e-5, abs=1e-6), step
+        assert b[step]["disc_loss"] == pytest.approx(a[step]["disc_loss"], rel=1e-5, abs=1e-6)
+
+
+def test_hours_budget_lays_the_schedule_over_wall_clock_time(data_dir, tmp_path):
+    out, hours = tmp_path / "timed", 12 / 3600
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY,
+                "--hours", str(hours), "--log_every", "5", "--save_at", "0.5,1")
+    assert r.returncode == 0, r.stderr
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert hours * 3600 <= ckpt["elapsed_s"] <= 1.02 * hours * 3600 + 0.2
+    for f in ("0.5", "1"):
+        part = load_checkpoint(out / f"ckpt_{f}.pt")
+        assert part["elapsed_s"] >= float(f) * hours * 3600
+    assert load_checkpoint(out / "ckpt_0.5.pt")["step"] < ckpt["step"]
+    log = read_log(out)
+    lrs = [log[s]["lr"] for s in sorted(log)]
+    assert max(lrs) > 10 * lrs[-1] and lrs[-1] < 2e-3 * 0.05
+
+
+def test_ctrl_c_saves_a_checkpoint(data_dir, tmp_path):
+    out = tmp_path / "int"
+    proc = subprocess.Popen([sys.executable, "electra_small.py", "--data", str(data_dir),
+                             "--out_dir", str(out), *TINY, "--log_every", "1"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((out / "log.jsonl").exists() and
+                                          max(read_log(out), default=0) >= 5):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "continue with --resume" in err and "Traceback" not in err
+    assert load_checkpoint(out / "ckpt.pt")["step"] >= 5
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--hours", "0"], "--hours"),
+    (["--hours", "-1"], "--hours"),
+    (["--max_steps", "0"], "--max_steps"),
+    (["--save_at", "0.5,2"], "--save_at"),
+])
+def test_bad_budget_is_one_line(data_dir, tmp_path, extra, message):
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", tmp_path / "o", *TINY, *extra)
+    assert one_error_line(r) and message in r.stderr, r.stderr
+    assert not (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_unprepared_data_folder_is_one_line(tmp_path):
+    (tmp_path / "raw").mkdir()
+    r = run_cli("electra_small.py", "--data", tmp_path / "raw", "--out_dir", tmp_path / "o", *TINY)
+    assert one_error_line(r) and "data.py" in r.stderr, r.stderr
+
+
+def test_bad_checkpoints_are_refused_and_never_overwritten(data_dir, tmp_path):
+    out = tmp_path / "o"
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
+    assert r.returncode == 0, r.stderr
+    good = (out / "ckpt.pt").read_bytes()
+    # a second run into the same folder without --resume must not overwrite progress
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
+    assert one_error_line(r) and "--resume" in r.stderr
+    assert (out / "ckpt.pt").read_bytes() == good
+    # resuming with another model size
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume", "--size", "small")
+    assert one_error_line(r) and "different config" in r.stderr, r.stderr
+    # a truncated checkpoint
+    (out / "ckpt.pt").write_bytes(good[: len(good) // 2])
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume")
+    assert one_error_line(r) and "truncated" in r.stderr, r.stderr
+    assert not list(out.glob(".*tmp*"))
+
+
+def test_checkpoint_holds_no_pickled_code(data_dir, tmp_path):
+    out = tmp_path / "o"
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "2")
+    assert r.returncode == 0, r.stderr
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)        # would raise on pickled objects
+    for key in ("config", "model", "optimizer", "step", "flops", "elapsed_s", "rng", "data",
+                "tokenizer"):
+        assert key in ckpt, key
+
+
+def test_default_command_builds_the_demo_corpus_offline(tmp_path):
+    env = dict(os.environ, ELECTRA_DATA_ROOT=str(tmp_path / "data"))
+    r = run_cli("electra_small.py", "--out_dir", tmp_path / "o", *TINY, "--max_steps", "2",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert "DEMO corpus" in r.stdout + r.stderr
+    meta = json.loads((tmp_path / "data" / "demo" / "meta.json").read_text())
+    assert meta["vocab_size"] == 30522 and meta["train_tokens"] > 1_000_000
