@@ -44,11 +44,14 @@ class Dist:
             return torch.device("cuda", self.local_rank)
         return default
 
-    def wrap(self, model):
+    def wrap(self, model, find_unused=False):
+        """DDP around the model; `find_unused` for objectives that leave parameters without
+        gradients in some steps (two-stage training)."""
         if not self.enabled:
             return model
         ids = [self.local_rank] if torch.cuda.is_available() else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                         find_unused_parameters=find_unused)
 
     def broadcast_float(self, value):
         """Rank 0's value on every rank (the clock that drives the LR and the deadline)."""

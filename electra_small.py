@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -38,7 +39,8 @@ class Config:
     """Every hyperparameter, in one place. The defaults are ELECTRA-Small (Table 6)."""
     model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
-    generator: str = "mlm"          # "mlm" (a small masked LM, §2) | "unigram" (§3.2)
+    generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
+    two_stage: bool = False         # §3.2: G alone, then D initialised from G with G frozen
     vocab_size: int = 30522         # set from the prepared data's tokenizer
     emb_size: int = 128             # "Embedding Size", shared by G and D (§3.2)
     seq_len: int = 128              # §3.3: sequence length 512 -> 128
@@ -123,7 +125,9 @@ def count_params(model, cfg):
         shared = n(model.mlm.embeddings)
         return 0, n(model.mlm), shared, n(model)
     shared = n(model.discriminator.embeddings)
-    return n(model.generator) - shared, n(model.discriminator), shared, n(model)
+    d_ids = {id(p) for p in model.discriminator.parameters()}
+    g_only = sum(p.numel() for p in model.generator.parameters() if id(p) not in d_ids)
+    return g_only, n(model.discriminator), shared, n(model)
 
 
 def training_step(model, opt, batch, lr, cfg, device):
@@ -153,9 +157,12 @@ class Trainer:
         self.data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
                                     self.dist.rank, self.dist.world)
         self.tokenizer = load_tokenizer(data_dir)
-        self.raw_model = build_model(cfg).to(device)      # what checkpoints hold
+        counts = None
+        if cfg.generator == "unigram":                      # §3.2: corpus token frequencies
+            counts = torch.from_numpy(np.bincount(self.data.tokens, minlength=cfg.vocab_size)) + 1
+        self.raw_model = build_model(cfg, counts).to(device)   # what checkpoints hold
         self.opt = make_optimizer(self.raw_model, cfg, device)
-        self.flops_per_step = train_flops_per_step(cfg)
+        self.flops_per_step = train_flops_per_step(cfg, 1 if cfg.two_stage else None)
         self.step, self.flops, self.elapsed = 0, 0.0, 0.0
         self.saved_fractions = []
         if resume_ckpt is not None:
@@ -167,7 +174,9 @@ class Trainer:
             self.data.load_state_dict(resume_ckpt["data"])
             set_rng_state(resume_ckpt["rng"])
         self.data_state = self.data.state_dict()           # position after the last used batch
-        self.model = self.dist.wrap(self.raw_model)
+        if cfg.two_stage and self.raw_model.current_stage == 2:
+            self.flops_per_step = train_flops_per_step(cfg, 2)
+        self.model = self.dist.wrap(self.raw_model, find_unused=cfg.two_stage)
         if args.compile:
             self.model = torch.compile(self.model)
         meta = self.data.meta
@@ -182,6 +191,21 @@ class Trainer:
         if self.args.hours:
             return self.elapsed / (self.args.hours * 3600)
         return self.step / self.args.max_steps
+
+    def lr(self):
+        """Two-stage training (§3.2) gives each stage half the budget and its own schedule."""
+        p = self.progress()
+        if self.cfg.two_stage:
+            p = 2 * p if p < 0.5 else 2 * p - 1
+        return lr_at(p, self.cfg)
+
+    def maybe_start_stage_two(self):
+        if self.cfg.two_stage and self.progress() >= 0.5 and self.raw_model.current_stage == 1:
+            self.raw_model.start_stage_two()
+            self.flops_per_step = train_flops_per_step(self.cfg, 2)
+            self.model = self.dist.wrap(self.raw_model, find_unused=True)
+            if self.dist.main:
+                print(f"step {self.step}: stage two - D initialised from G, G frozen")
 
     def checkpoint_state(self):
         return dict(config=self.cfg.to_dict(), model=self.raw_model.state_dict(),
@@ -213,7 +237,7 @@ class Trainer:
             print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
                   "continuing eagerly", file=sys.stderr)
             self.opt.zero_grad(set_to_none=True)
-            self.model = self.dist.wrap(self.raw_model)
+            self.model = self.dist.wrap(self.raw_model, find_unused=self.cfg.two_stage)
             return training_step(self.model, self.opt, batch, lr, self.cfg, self.device)
 
     # -- the loop --------------------------------------------------------------------------
@@ -231,8 +255,9 @@ class Trainer:
             print(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
         try:
             while self.progress() < 1.0:
+                self.maybe_start_stage_two()
                 batch, data_state = fetch()
-                stats = self.train_step(batch, lr_at(self.progress(), cfg))
+                stats = self.train_step(batch, self.lr())
                 self.step += 1
                 self.flops += self.flops_per_step
                 self.data_state = data_state
@@ -290,7 +315,7 @@ class Trainer:
                     gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
                     disc_acc_replaced=ratio("replaced_correct"), tokens_per_s=tok_s, mfu=mfu,
                     flops=self.flops, elapsed_s=self.elapsed, eta_s=max(0.0, left),
-                    lr=lr_at(self.progress(), self.cfg), model=self.cfg.model,
+                    lr=self.lr(), model=self.cfg.model,
                     objective="mlm" if self.cfg.model == "bert" else self.cfg.objective)
 
     @staticmethod
@@ -319,6 +344,14 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=["electra", "bert"], default=None)
     p.add_argument("--size", choices=sorted(SIZES), default=None, help="tiny: for tests")
+    ab = p.add_argument_group("ablations (paper §3.2, §3.5, Appendix F)")
+    ab.add_argument("--objective", choices=["electra", "electra15", "replace_mlm",
+                                            "all_tokens_mlm"], default=None)
+    ab.add_argument("--generator", choices=["mlm", "unigram", "adversarial"], default=None)
+    ab.add_argument("--gen_size", type=float, default=None, help="G width / D width (0.25)")
+    ab.add_argument("--two_stage", action="store_true", default=None,
+                    help="G alone for half the budget, then D from G with G frozen")
+    ab.add_argument("--disc_weight", type=float, default=None, help="λ (50)")
     p.add_argument("--batch_size", type=int, default=None)
     p.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
     p.add_argument("--ckpt_every_min", type=float, default=15.0, help="periodic checkpoint")
@@ -328,12 +361,18 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+# Config fields the command line may set (the rest come from Table 6 or --size).
+CLI_CONFIG = ("model", "batch_size", "objective", "generator", "gen_size", "two_stage",
+              "disc_weight")
+
+
 def config_from_args(args, meta):
     over = dict(SIZES[args.size or "small"])
-    if args.model:
-        over["model"] = args.model
-    if args.batch_size:
-        over["batch_size"] = args.batch_size
+    for name in CLI_CONFIG:
+        if getattr(args, name) is not None:
+            over[name] = getattr(args, name)
+    if over.get("gen_size", 1) <= 0 or over.get("disc_weight", 1) < 0:
+        raise DataError("--gen_size must be positive and --disc_weight non-negative")
     cfg = replace(Config(), vocab_size=meta["vocab_size"], **over)
     if cfg.model == "bert":
         cfg = replace(cfg, train_steps=1_450_000)           # Table 6: 1.45M, for equal FLOPs
@@ -378,10 +417,10 @@ def _main(args, dist):
     if args.resume:
         resume = load_checkpoint(ckpt_path)
         cfg = Config.from_dict(resume["config"])
-        if any(getattr(args, f) is not None for f in ("model", "size", "batch_size")) and \
+        if any(getattr(args, f) is not None for f in CLI_CONFIG + ("size",)) and \
                 config_from_args(args, {"vocab_size": cfg.vocab_size}).to_dict() != cfg.to_dict():
-            raise CheckpointError(f"{ckpt_path} was trained with a different config (--model, "
-                                  "--size or --batch_size); resume without changing them")
+            raise CheckpointError(f"{ckpt_path} was trained with a different config; resume "
+                                  "without changing --model, --size or the ablation flags")
         if args.hours is None and args.max_steps is None:       # keep the checkpoint's budget
             args.hours, args.max_steps = resume["budget"]["hours"], resume["budget"]["max_steps"]
         args.seed = resume["seed"]

@@ -83,7 +83,7 @@ def forward_flops(cfg):
     K masked tokens, All-Tokens MLM predicts every token and adds a copy gate."""
     if cfg.model == "bert":
         return mlm_forward_flops(cfg.disc, cfg)
-    gen = mlm_forward_flops(cfg.gen, cfg) if cfg.generator == "mlm" else 0
+    gen = 0 if cfg.generator == "unigram" else mlm_forward_flops(cfg.gen, cfg)
     objective = getattr(cfg, "objective", "electra")
     if objective in ("electra", "electra15"):
         return gen + discriminator_forward_flops(cfg)
@@ -96,8 +96,15 @@ def forward_flops(cfg):
     raise ValueError(f"unknown objective {objective!r}")
 
 
-def train_flops_per_step(cfg):
-    """FLOPs of one optimizer step on a batch: 2 x forward (Appendix E: backward = forward)."""
+def train_flops_per_step(cfg, stage=None):
+    """FLOPs of one optimizer step on a batch: 2 x forward (Appendix E: backward = forward).
+    Two-stage training (§3.2) trains G alone in stage 1, and in stage 2 runs the frozen G
+    forward only while D trains."""
+    if stage == 1:
+        return 2 * mlm_forward_flops(cfg.gen, cfg) * cfg.batch_size
+    if stage == 2:
+        return (mlm_forward_flops(cfg.gen, cfg) + 2 * discriminator_forward_flops(cfg)) * \
+            cfg.batch_size
     return 2 * forward_flops(cfg) * cfg.batch_size
 
 

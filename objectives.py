@@ -41,40 +41,57 @@ def corrupt(x, positions, x_hat, weights):
 
 
 class ELECTRA(nn.Module):
-    """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2)."""
+    """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2).
+
+    forward() is the paper's three lines; generate() and discriminate() are the two halves that
+    the ablations in ablations.py replace (a different generator, a different D objective)."""
 
     def __init__(self, cfg):
         super().__init__()
         embeddings = shared_embeddings(cfg)                 # one module, two owners: tied
-        self.generator = Generator(cfg.gen, embeddings)
-        self.discriminator = Discriminator(cfg.disc, embeddings)
+        self.generator = self.make_generator(cfg, embeddings)
+        self.discriminator = self.make_discriminator(cfg, embeddings)
         self.disc_weight = cfg.disc_weight                  # λ
         self.apply(init_weights)
 
+    def make_generator(self, cfg, embeddings):
+        return Generator(cfg.gen, embeddings)
+
+    def make_discriminator(self, cfg, embeddings):
+        return Discriminator(cfg.disc, embeddings)
+
     def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
-        # 1. The generator reads x_masked and predicts the masked tokens: L_MLM.
-        gen_logits = self.generator(x_masked, positions, pad_mask)
-        loss_mlm = mlm_loss(gen_logits, targets, weights)
-
-        # 2. Sample x̂ from p_G and build x_corrupt. Everything here is discrete and under
-        #    no_grad: no gradient from L_Disc can reach G through the samples (§2).
+        # 1. The generator reads x_masked and predicts the masked tokens: L_MLM, and samples x̂.
+        loss_mlm, x_hat, stats = self.generate(x_masked, positions, targets, weights, pad_mask)
+        # 2. x_corrupt: discrete, built under no_grad - no gradient from L_Disc reaches G (§2).
         with torch.no_grad():
-            x_corrupt, is_replaced = corrupt(x, positions, sample(gen_logits), weights)
-
+            x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
         # 3. The discriminator labels every token of x_corrupt: L_Disc over all positions.
-        disc_logits = self.discriminator(x_corrupt, pad_mask)
-        loss_disc = disc_loss(disc_logits, is_replaced, pad_mask)
+        loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, positions, targets,
+                                                  weights, pad_mask)
         loss = loss_mlm + self.disc_weight * loss_disc
+        return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
 
-        # Statistics for the progress line, as tensors (no host sync here).
-        with torch.no_grad():
-            real = torch.ones_like(is_replaced) if pad_mask is None else pad_mask
-            correct = ((disc_logits > 0) == is_replaced) & real
-            stats = dict(gen_correct=masked_accuracy(gen_logits, targets, weights),
-                         disc_correct=(correct.float().sum(), real.float().sum()),
+    def generate(self, x_masked, positions, targets, weights, pad_mask):
+        gen_logits = self.generator(x_masked, positions, pad_mask)
+        x_hat = sample(gen_logits)                          # argmax: no gradient through it
+        return mlm_loss(gen_logits, targets, weights), x_hat, \
+            dict(gen_correct=masked_accuracy(gen_logits.detach(), targets, weights))
+
+    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask,
+                     loss_mask=None):
+        """L_Disc over the non-padding tokens (or over `loss_mask`, for ELECTRA 15%);
+        returns the loss, statistics, and D's logits."""
+        logits = self.discriminator(x_corrupt, pad_mask)
+        real = torch.ones_like(is_replaced) if pad_mask is None else pad_mask
+        loss_mask = real if loss_mask is None else loss_mask
+        loss = disc_loss(logits, is_replaced, loss_mask)
+        with torch.no_grad():                               # statistics for the progress line
+            correct = ((logits > 0) == is_replaced) & real
+            stats = dict(disc_correct=(correct.float().sum(), real.float().sum()),
                          replaced_correct=((correct & is_replaced).float().sum(),
                                            is_replaced.float().sum()))
-        return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats)
+        return loss, stats, logits
 
 
 class BERT(nn.Module):
@@ -95,6 +112,11 @@ class BERT(nn.Module):
                           gen_correct=masked_accuracy(logits.detach(), targets, weights))
 
 
-def build_model(cfg):
-    """The pre-training model a config describes."""
-    return BERT(cfg) if cfg.model == "bert" else ELECTRA(cfg)
+def build_model(cfg, unigram_counts=None):
+    """The pre-training model a config describes: BERT, ELECTRA, or one of the ablations."""
+    if cfg.model == "bert":
+        return BERT(cfg)
+    if cfg.objective == "electra" and cfg.generator == "mlm" and not cfg.two_stage:
+        return ELECTRA(cfg)
+    import ablations                                        # the paper's stepping stones
+    return ablations.build(cfg, unigram_counts)
