@@ -1,11 +1,13 @@
-"""ELECTRA-Small pre-training: the Table 6 configuration, the training loop and the command line.
+"""ELECTRA-Small pre-training: the training loop and the command line.
 
-Paper §2 (the objective, in objectives.py), §3.3 (small models), Appendix A / Table 6 (these
-hyperparameters), Appendix E (FLOPs, in flops.py).
+Paper §2 (the objective: objectives.py), §3.3 (small models), Appendix A / Table 6 (the
+hyperparameters: config.py), Appendix E (FLOPs: flops.py). The loop itself is plain PyTorch:
+AdamW, gradient clipping at 1.0, warm-up then linear decay.
 
     python electra_small.py --hours 6                  # the demo corpus, prepared on first use
     python electra_small.py --data data/wiki00 --max_steps 1000000    # the paper's full run
     python electra_small.py --model bert --hours 6     # BERT-Small at equal compute (§3.3)
+    torchrun --nproc_per_node=4 electra_small.py ...   # data parallel (distributed.py)
 
 Time budget: with --hours the learning-rate schedule is laid over the *wall-clock* budget, so a
 6-hour run warms up, decays to zero and stops at the deadline, whatever the hardware does.
@@ -19,77 +21,19 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from data import DataError, PretrainingData, load_meta, load_tokenizer, mask_slots, mask_tokens
-from data import DATA_ROOT, DEMO_NAME, Prefetcher, prepare_demo
+from config import SIZES, Config, lr_at
+from data import DATA_ROOT, DEMO_NAME, DataError, PretrainingData, Prefetcher, load_meta
+from data import load_tokenizer, mask_tokens, prepare_demo
 from distributed import Dist
-from encoder import EncoderConfig
 from flops import peak_flops, train_flops_per_step
 from objectives import build_model
-
-
-@dataclass
-class Config:
-    """Every hyperparameter, in one place. The defaults are ELECTRA-Small (Table 6)."""
-    model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
-    objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
-    generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
-    two_stage: bool = False         # §3.2: G alone, then D initialised from G with G frozen
-    vocab_size: int = 30522         # set from the prepared data's tokenizer
-    emb_size: int = 128             # "Embedding Size", shared by G and D (§3.2)
-    seq_len: int = 128              # §3.3: sequence length 512 -> 128
-    max_len: int = 512              # rows of the position table (fine-tuning may use up to this)
-    disc: EncoderConfig = field(default_factory=EncoderConfig)   # 12 x 256, 4 heads, FFN 1024
-    gen_size: float = 0.25          # "Generator Size": multiplier of hidden, FFN and heads
-    disc_weight: float = 50.0       # λ, the weight of L_Disc (Appendix A)
-    mask_prob: float = 0.15         # "Mask percent"
-    # optimisation (Table 6)
-    batch_size: int = 128
-    lr: float = 5e-4
-    warmup_frac: float = 0.01       # 10k warm-up steps of 1M, kept as a fraction of any budget
-    weight_decay: float = 0.01
-    adam_betas: tuple = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    grad_clip: float = 1.0
-    train_steps: int = 1_000_000    # "Train Steps" (BERT-Small: 1.45M, for equal FLOPs)
-
-    @property
-    def gen(self) -> EncoderConfig:
-        """G: D's depth, `gen_size` of its width (1/4: hidden 64, FFN 256, one head)."""
-        d, s = self.disc, self.gen_size
-        return EncoderConfig(hidden=int(d.hidden * s), layers=d.layers,
-                             heads=max(1, int(d.heads * s)), ffn=int(d.ffn * s), dropout=d.dropout)
-
-    @property
-    def n_slots(self) -> int:
-        return mask_slots(self.seq_len, self.mask_prob)
-
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d):
-        d = dict(d)
-        d["disc"] = EncoderConfig(**d["disc"])
-        d["adam_betas"] = tuple(d["adam_betas"])
-        return cls(**d)
-
-
-# A tiny shape for tests and smoke runs on a CPU: same code paths, ~1000x less compute.
-SIZES = {"small": {}, "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
-                                   disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
-
-
-def lr_at(progress, cfg):
-    """Linear warm-up multiplied into a linear decay to 0, as the official code; `progress` is
-    the elapsed fraction of the budget (of steps, or of wall-clock time with --hours)."""
-    return cfg.lr * min(1.0, progress / cfg.warmup_frac) * max(0.0, 1.0 - progress)
 
 
 def make_optimizer(model, cfg, device):

@@ -1,0 +1,69 @@
+"""The configuration: every hyperparameter of pre-training in one place (paper Table 6).
+
+ELECTRA-Small, Appendix A / Table 6:  12 layers, hidden 256, FFN 1024, 4 heads (head size 64),
+embedding 128, generator 1/4 of D's width, 15 % masking, lr 5e-4 with 10k warm-up steps and
+linear decay, Adam ε 1e-6, weight decay 0.01, batch 128, 1M steps (BERT-Small: 1.45M).
+The ablation fields (objective, generator, two_stage) select the variants of ablations.py.
+"""
+from dataclasses import asdict, dataclass, field
+
+from data import mask_slots
+from encoder import EncoderConfig
+
+
+@dataclass
+class Config:
+    """Every hyperparameter, in one place. The defaults are ELECTRA-Small (Table 6)."""
+    model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
+    objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
+    generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
+    two_stage: bool = False         # §3.2: G alone, then D initialised from G with G frozen
+    vocab_size: int = 30522         # set from the prepared data's tokenizer
+    emb_size: int = 128             # "Embedding Size", shared by G and D (§3.2)
+    seq_len: int = 128              # §3.3: sequence length 512 -> 128
+    max_len: int = 512              # rows of the position table (fine-tuning may use up to this)
+    disc: EncoderConfig = field(default_factory=EncoderConfig)   # 12 x 256, 4 heads, FFN 1024
+    gen_size: float = 0.25          # "Generator Size": multiplier of hidden, FFN and heads
+    disc_weight: float = 50.0       # λ, the weight of L_Disc (Appendix A)
+    mask_prob: float = 0.15         # "Mask percent"
+    # optimisation (Table 6)
+    batch_size: int = 128
+    lr: float = 5e-4
+    warmup_frac: float = 0.01       # 10k warm-up steps of 1M, kept as a fraction of any budget
+    weight_decay: float = 0.01
+    adam_betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    grad_clip: float = 1.0
+    train_steps: int = 1_000_000    # "Train Steps" (BERT-Small: 1.45M, for equal FLOPs)
+
+    @property
+    def gen(self) -> EncoderConfig:
+        """G: D's depth, `gen_size` of its width (1/4: hidden 64, FFN 256, one head)."""
+        d, s = self.disc, self.gen_size
+        return EncoderConfig(hidden=int(d.hidden * s), layers=d.layers,
+                             heads=max(1, int(d.heads * s)), ffn=int(d.ffn * s), dropout=d.dropout)
+
+    @property
+    def n_slots(self) -> int:
+        return mask_slots(self.seq_len, self.mask_prob)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        d["disc"] = EncoderConfig(**d["disc"])
+        d["adam_betas"] = tuple(d["adam_betas"])
+        return cls(**d)
+
+
+# A tiny shape for tests and smoke runs on a CPU: same code paths, ~1000x less compute.
+SIZES = {"small": {}, "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
+                                   disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
+
+
+def lr_at(progress, cfg):
+    """Linear warm-up multiplied into a linear decay to 0, as the official code; `progress` is
+    the elapsed fraction of the budget (of steps, or of wall-clock time with --hours)."""
+    return cfg.lr * min(1.0, progress / cfg.warmup_frac) * max(0.0, 1.0 - progress)
