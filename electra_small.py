@@ -354,6 +354,8 @@ def _main(args, dist):
     if args.threads:
         torch.set_num_threads(args.threads)
     device = dist.device(pick_device(args.device))
+    if device.type == "cuda":           # TF32 tensor cores for what stays in float32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     say = print if dist.main else (lambda *a, **k: None)
     out = Path(args.out_dir)
     ckpt_path = out / "ckpt.pt"
