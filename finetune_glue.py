@@ -1,0 +1,389 @@
+"""Fine-tune a pre-trained discriminator on GLUE: the paper's evaluation (§3.1, Appendix B, C).
+
+    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir ../shared/data/glue
+    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
+    python finetune_glue.py --download glue            # fetch GLUE (needs the internet)
+
+After pre-training the generator is thrown away (§2: "we throw out the generator and only
+fine-tune the discriminator"). We keep D's embeddings and encoder (BERT's, for --model bert),
+put one linear layer on the [CLS] vector, and train everything on each task with Table 7's
+hyperparameters - the same for every task except the number of epochs:
+    lr 3e-4 (Small), layer-wise LR decay 0.8, AdamW (β 0.9/0.999, ε 1e-6, no weight decay),
+    linear decay with 10 % warm-up, batch 32, dropout 0.1, 3 epochs (10 for RTE and STS-B).
+The paper reports the median over 10 fine-tuning seeds of the dev score (--seeds 10).
+Readers, metrics and the input format live in glue.py.
+
+Speed: batches group examples of similar length and are padded only to their longest one
+(RTE: 2 % padding instead of 80 % for random batches); bf16 autocast on GPUs and on CPUs
+with native bf16 (AVX512-BF16/AMX: ~3-4x faster matmuls). On a 2-core AVX512-BF16 CPU, RTE's
+10 epochs with the Table 6 model ran at 60-70 examples/s (~7 min) while the cores were free,
+and took 10.7 min with --threads 1 on the same machine shared with other jobs: there, use
+--threads 1, as PyTorch's threads otherwise wait for each other at every op.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from checkpoint import CheckpointError, load_checkpoint
+from encoder import Embeddings, Encoder, EncoderConfig, init_weights
+from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
+    read_task, summarize, task_metrics
+from tokenizer import Tokenizer
+
+# Table 7 (the "Small" column), in one place.
+HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
+               weight_decay=0.0, warmup_frac=0.1, batch_size=32, dropout=0.1, max_len=128,
+               grad_clip=1.0)          # global-norm clipping at 1.0, as the official optimizer
+
+
+# ----------------------------------------------------------------------------- the model
+
+class Classifier(nn.Module):
+    """D's embeddings and encoder, then dropout -> one linear layer on h(x)_[CLS]. This is the
+    official ELECTRA head (no extra dense + tanh "pooler" as in BERT or Hugging Face's
+    two-layer ELECTRA head). n_out: the number of classes, or 1 for STS-B's regression."""
+
+    def __init__(self, vocab_size, emb_size, max_len, enc: EncoderConfig, n_out, dropout=0.1):
+        super().__init__()
+        self.embeddings = Embeddings(vocab_size, emb_size, max_len, dropout=dropout)
+        self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
+        self.drop = nn.Dropout(dropout)
+        self.head = nn.Linear(enc.hidden, n_out)
+        init_weights(self.head)
+
+    def forward(self, ids, segment_ids, pad_mask):
+        h = self.encoder(self.embeddings(ids, segment_ids), pad_mask)
+        return self.head(self.drop(h[:, 0])).float()      # [CLS] is position 0
+
+
+def load_pretrained(path):
+    """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info)."""
+    ckpt = load_checkpoint(path)
+    try:
+        c = ckpt["config"]
+        prefix = "mlm." if c["model"] == "bert" else "discriminator."
+        keep = (prefix + "embeddings.", prefix + "encoder.")
+        state = {k[len(prefix):]: v for k, v in ckpt["model"].items() if k.startswith(keep)}
+        shapes = dict(vocab_size=c["vocab_size"], emb_size=c["emb_size"], max_len=c["max_len"],
+                      enc=EncoderConfig(**c["disc"]))
+        tok = Tokenizer.from_text(ckpt["tokenizer"])
+        info = dict(model=c["model"], objective="mlm" if c["model"] == "bert" else
+                    c.get("objective", "electra"), flops=float(ckpt.get("flops", 0.0)),
+                    steps=int(ckpt["step"]), elapsed_s=float(ckpt.get("elapsed_s", 0.0)),
+                    params=sum(v.numel() for v in state.values()), device=ckpt.get("device"))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path}: not a usable pre-training checkpoint "
+                              f"({type(e).__name__}: {e})") from None
+    if not state:
+        raise CheckpointError(f"{path}: holds no {prefix}embeddings/encoder weights")
+    if tok.vocab_size != shapes["vocab_size"]:
+        raise CheckpointError(f"{path}: tokenizer has {tok.vocab_size} ids, the model "
+                              f"{shapes['vocab_size']}")
+    return state, shapes, tok, info
+
+
+def build_classifier(state, shapes, n_out, dropout):
+    model = Classifier(**shapes, n_out=n_out, dropout=dropout)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith("head.") for k in missing):
+        raise CheckpointError(f"checkpoint weights do not fit the encoder (missing "
+                              f"{[k for k in missing if not k.startswith('head.')][:3]}, "
+                              f"unexpected {unexpected[:3]})")
+    return model
+
+
+def layerwise_param_groups(model, lr, decay):
+    """Layer-wise learning-rate decay (Table 7: 0.8 for Small): lower layers, which hold more
+    general features, move less. With L blocks: the head and the top block (L-1) at lr,
+    block i at lr * decay^(L-1-i), the embeddings (and their projection to the hidden size,
+    which belongs with them) at lr * decay^L.
+
+    Note: the official code (electra/model/optimization.py, _get_layer_lrs) gives depth
+    n_layers + 2 to the head and depth i + 1 to block i, so its exponent is L + 1 - i: every
+    block and the embeddings get two extra factors of decay (top block 0.64 * lr, embeddings
+    0.8^(L+2) * lr), an off-by-two against the stated rule. We follow the stated rule."""
+    L = len(model.encoder.blocks)
+    groups = {}
+    for name, p in model.named_parameters():
+        if name.startswith("head."):
+            power = 0
+        elif name.startswith("encoder.blocks."):
+            power = L - 1 - int(name.split(".")[2])
+        else:                                     # embeddings.*, encoder.proj.*
+            power = L
+        g = groups.setdefault(power, {"params": [], "names": [], "lr": lr * decay ** power})
+        g["params"].append(p)
+        g["names"].append(name)
+    return [groups[k] for k in sorted(groups)]
+
+
+def lr_multiplier(step, total, warmup):
+    """Linear warm-up over the first 10 % of updates, times a linear decay to 0 (as the
+    official code: lr * min(1, step / warmup) * (1 - step / total)); step counts from 1."""
+    return min(1.0, step / max(1, warmup)) * max(0.0, 1.0 - (step - 1) / total)
+
+
+# ----------------------------------------------------------------------------- batches
+
+def length_batches(lengths, batch_size, rng, window=50):
+    """Shuffled batches of similar length. Shuffle everything, sort each window of 50
+    batches' worth by length, cut it into batches, then shuffle the batches: each batch is
+    padded to its own longest sequence only, yet epochs still see a random order."""
+    idx = rng.permutation(len(lengths))
+    batches = []
+    for s in range(0, len(idx), batch_size * window):
+        w = idx[s:s + batch_size * window]
+        w = w[np.argsort(lengths[w], kind="stable")]
+        batches += [w[i:i + batch_size] for i in range(0, len(w), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(inputs, idx, pad_id, device):
+    """Pad the chosen examples to the longest of them: (ids, segment ids, pad mask)."""
+    T = max(len(inputs[i][0]) for i in idx)
+    ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
+    seg = torch.zeros((len(idx), T), dtype=torch.long)
+    for r, i in enumerate(idx):
+        x, s = inputs[i]
+        ids[r, :len(x)], seg[r, :len(s)] = torch.tensor(x), torch.tensor(s)
+    return ids.to(device), seg.to(device), (ids != pad_id).to(device)
+
+
+@torch.inference_mode()
+def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128):
+    """Dev-set predictions, in input order, from batches sorted by length."""
+    model.eval()
+    order = np.argsort([len(x) for x, _ in inputs], kind="stable")
+    out = np.empty(len(inputs), dtype=np.float32)
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        with autocast():
+            logits = model(*collate(inputs, idx, pad_id, device))
+        out[idx] = (logits[:, 0] if regression else logits.argmax(-1)).float().cpu().numpy()
+    return out
+
+
+# ----------------------------------------------------------------------------- one run
+
+def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print):
+    """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
+    end of training (the paper reports the final model, with no early stopping)."""
+    t0 = time.time()
+    state, shapes, tok, _ = pre
+    task = TASKS[name]
+    (train_in, train_y), devs = data
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = build_classifier(state, shapes, 1 if task.regression else len(task.labels),
+                             hp["dropout"]).to(device)
+    opt = torch.optim.AdamW(layerwise_param_groups(model, hp["lr"], hp["layer_decay"]),
+                            betas=hp["adam_betas"], eps=hp["adam_eps"],
+                            weight_decay=hp["weight_decay"], fused=device.type == "cuda")
+    base_lrs = [g["lr"] for g in opt.param_groups]
+    lengths = np.array([len(x) for x, _ in train_in])
+    total = epochs * math.ceil(len(train_in) / hp["batch_size"])
+    warmup, step = math.ceil(hp["warmup_frac"] * total), 0
+    labels = torch.from_numpy(train_y)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        te, loss_sum, n_batches = time.time(), torch.zeros((), device=device), 0
+        for idx in length_batches(lengths, hp["batch_size"], rng):
+            step += 1
+            for g, lr in zip(opt.param_groups, base_lrs):
+                g["lr"] = lr * lr_multiplier(step, total, warmup)
+            y = labels[idx].to(device)
+            with autocast():
+                logits = model(*collate(train_in, idx, tok.pad_id, device))
+            loss = F.mse_loss(logits[:, 0], y) if task.regression else \
+                F.cross_entropy(logits, y.long())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_sum += loss.detach()
+            n_batches += 1
+        speed = len(train_in) / (time.time() - te)
+        metrics = evaluate(name, model, devs, tok.pad_id, device, autocast)
+        log(f"{name} seed {seed} epoch {epoch}/{epochs} | train loss "
+            f"{loss_sum.item() / n_batches:.4f} | dev {task.metric} {metrics[task.metric]:.4f}"
+            f" | {speed:.0f} examples/s", flush=True)
+    return {"seed": seed, "metrics": metrics, "time_s": round(time.time() - t0, 2)}
+
+
+def evaluate(name, model, devs, pad_id, device, autocast):
+    """Metrics of every dev split; MNLI's mismatched ones get the suffix _mm."""
+    metrics = {}
+    for split, (inputs, gold) in devs.items():
+        pred = predict(model, inputs, pad_id, device, autocast, TASKS[name].regression)
+        suffix = "_mm" if split == "dev_mismatched" else ""
+        metrics.update({k + suffix: v for k, v in task_metrics(name, pred, gold).items()})
+    return metrics
+
+
+# ----------------------------------------------------------------------------- command line
+
+def pick_device(name):
+    if name == "cuda" and not torch.cuda.is_available():
+        raise GlueError("--device cuda: no CUDA GPU is visible to PyTorch")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise GlueError("--device mps: Apple's MPS backend is not available")
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else
+                        "mps" if torch.backends.mps.is_available() else "cpu")
+
+
+def pick_precision(choice, device):
+    """bf16 autocast where the hardware computes bf16 natively (recent GPUs; CPUs with AVX512-
+    BF16 / AMX, where bf16 matmuls run ~3-4x faster than fp32), float32 elsewhere."""
+    if choice == "auto":
+        native = torch.cuda.is_bf16_supported() if device.type == "cuda" else \
+            device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        choice = "bf16" if native else "fp32"
+    if choice == "bf16" and device.type in ("cuda", "cpu"):
+        return "bf16", lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return "fp32", lambda: torch.autocast(device.type, enabled=False)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Fine-tune a pre-trained ELECTRA/BERT-Small "
+                                "checkpoint on GLUE (Table 7 hyperparameters).")
+    p.add_argument("--ckpt", help="pre-training checkpoint (ckpt.pt from electra_small.py)")
+    p.add_argument("--glue_dir", help="GLUE folder in the standard layout (CoLA/, SST-2/, ...)")
+    p.add_argument("--tasks", help=f"comma list of {','.join(TASKS)} (default: all present)")
+    p.add_argument("--seeds", type=int, default=1, help="fine-tuning runs per task (paper: 10)")
+    p.add_argument("--out", help="results JSON (default: next to the checkpoint)")
+    p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--download", metavar="DIR", help="download GLUE into DIR first")
+    p.add_argument("--max_train", type=int, help="use at most N training examples per task")
+    p.add_argument("--epochs", type=int, help="override Table 7's epochs (quick runs only)")
+    p.add_argument("--lr", type=float, help="override Table 7's 3e-4 (the paper searched "
+                   "1e-4, 2e-4, 3e-4, 5e-4 for Small)")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except (GlueError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: no results written", file=sys.stderr)
+        return 130
+
+
+def run(args):
+    names = list(dict.fromkeys(t.strip().lower() for t in (args.tasks or "").split(",")
+                               if t.strip()))
+    unknown = [t for t in names if t not in TASKS]
+    if unknown:
+        raise GlueError(f"unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}")
+    for flag in ("seeds", "max_train", "epochs", "threads"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise GlueError(f"--{flag} must be a positive number")
+    if args.download:
+        download_glue(args.download, names or list(TASKS))
+        if not args.ckpt:
+            return 0
+        args.glue_dir = args.glue_dir or args.download
+    if not args.ckpt or not args.glue_dir:
+        raise GlueError("give --ckpt and --glue_dir (or --download DIR)")
+    glue_dir = Path(args.glue_dir)
+    if not glue_dir.is_dir():
+        raise GlueError(f"{glue_dir}: no such GLUE folder")
+    if not names:
+        names = [t for t in TASKS if (glue_dir / TASKS[t].folder).is_dir()]
+        skipped = [t for t in TASKS if t not in names]
+        if not names:
+            raise GlueError(f"{glue_dir}: holds none of the GLUE task folders "
+                            f"{', '.join(t.folder for t in TASKS.values())}")
+        if skipped:
+            print(f"tasks: {', '.join(names)} (skipped, no folder in {glue_dir}: "
+                  f"{', '.join(skipped)})")
+    if args.lr is not None and not 0 < args.lr < 1:
+        raise GlueError(f"--lr {args.lr}: must be in (0, 1)")
+    hp = dict(HPARAMS, lr=args.lr or HPARAMS["lr"])
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    if device.type == "cpu" and not args.threads and torch.get_num_threads() > 1 and \
+            hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1) - 0.5:
+        print(f"note: this machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+              f"cores). PyTorch's {torch.get_num_threads()} threads wait for each other at every "
+              "op when cores are shared, which can be 10-100x slower: try --threads 1")
+    precision, autocast = pick_precision(args.precision, device)
+    pre = load_pretrained(args.ckpt)
+    path = Path(args.out) if args.out else \
+        Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
+    try:                                    # find out now, not after hours of fine-tuning
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    if not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
+        raise GlueError(f"{path.parent}: cannot write the results there")
+    state, shapes, tok, info = pre
+    max_len = min(hp["max_len"], shapes["max_len"])
+    print(f"{info['model']} checkpoint {args.ckpt}: step {info['steps']}, encoder "
+          f"{info['params'] / 1e6:.2f}M params | device {device}, {precision}")
+
+    data = {}                    # read and check every task before training any (fail early)
+    for name in names:
+        train, devs = read_task(glue_dir, name)
+        if args.max_train and len(train) > args.max_train:     # a fixed random subset
+            keep = np.random.default_rng(0).permutation(len(train))[:args.max_train]
+            train = [train[i] for i in sorted(keep)]
+        if TASKS[name].both_orders:
+            train = both_orders(train)
+        data[name] = (encode_examples(tok, train, max_len),
+                      {k: encode_examples(tok, v, max_len) for k, v in devs.items()})
+
+    results = {}
+    for name in names:
+        epochs = args.epochs or TASKS[name].epochs
+        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp)
+                for s in range(args.seeds)]
+        results[name] = summarize(runs, TASKS[name].metric)
+
+    score = float(np.mean([100 * r["median"][r["metric"]] for r in results.values()]))
+    out = dict(checkpoint=str(args.ckpt), pretrain=info, tasks=results,
+               glue_score=round(score, 2), glue_tasks=names,
+               finetune=dict(hp, seeds=args.seeds, precision=precision, device=str(device),
+                             max_len=max_len, max_train=args.max_train, epochs=args.epochs))
+    print_table(results)
+    missing = [t for t in TASKS if t not in names]
+    print(f"GLUE score {score:.1f}: mean over {len(names)} of 8 tasks ({', '.join(names)})"
+          + (f"; not run: {', '.join(missing)}" if missing else ""))
+    write_json_atomic(path, out)
+    print(f"wrote {path}")
+    return 0
+
+
+def write_json_atomic(path, obj):
+    """Temp file + rename: a reader never sees half a results file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise GlueError(f"{path}: cannot write the results ({e.strerror or e})") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
