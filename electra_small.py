@@ -287,7 +287,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=["electra", "bert"], default=None)
-    p.add_argument("--size", choices=sorted(SIZES), default=None, help="tiny: for tests")
+    p.add_argument("--size", choices=sorted(SIZES), default=None,
+                   help="small: Table 6 (default); mini: CPU experiments; tiny: tests")
     ab = p.add_argument_group("ablations (paper §3.2, §3.5, Appendix F)")
     ab.add_argument("--objective", choices=["electra", "electra15", "replace_mlm",
                                             "all_tokens_mlm"], default=None)
