@@ -32,7 +32,7 @@ from config import SIZES, Config, lr_at
 from data import DATA_ROOT, DEMO_NAME, DataError, PretrainingData, Prefetcher, load_meta
 from data import load_tokenizer, mask_tokens, prepare_demo
 from distributed import Dist
-from flops import peak_flops, train_flops_per_step
+from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from objectives import build_model
 
 
@@ -106,7 +106,8 @@ class Trainer:
             counts = torch.from_numpy(np.bincount(self.data.tokens, minlength=cfg.vocab_size)) + 1
         self.raw_model = build_model(cfg, counts).to(device)   # what checkpoints hold
         self.opt = make_optimizer(self.raw_model, cfg, device)
-        self.flops_per_step = train_flops_per_step(cfg, 1 if cfg.two_stage else None)
+        self.stage = 1 if cfg.two_stage else None
+        self.flops_per_step = train_flops_per_step(cfg, self.stage)    # the paper's count
         self.step, self.flops, self.elapsed = 0, 0.0, 0.0
         self.saved_fractions = []
         if resume_ckpt is not None:
@@ -119,6 +120,7 @@ class Trainer:
             set_rng_state(resume_ckpt["rng"])
         self.data_state = self.data.state_dict()           # position after the last used batch
         if cfg.two_stage and self.raw_model.current_stage == 2:
+            self.stage = 2
             self.flops_per_step = train_flops_per_step(cfg, 2)
         self.model = self.dist.wrap(self.raw_model, find_unused=cfg.two_stage)
         if args.compile:
@@ -146,6 +148,7 @@ class Trainer:
     def maybe_start_stage_two(self):
         if self.cfg.two_stage and self.progress() >= 0.5 and self.raw_model.current_stage == 1:
             self.raw_model.start_stage_two()
+            self.stage = 2
             self.flops_per_step = train_flops_per_step(self.cfg, 2)
             self.model = self.dist.wrap(self.raw_model, find_unused=True)
             if self.dist.main:
@@ -251,7 +254,7 @@ class Trainer:
         w = self.dist.world
         ratio = lambda k: (s[k][0] / s[k][1].clamp(min=1)).item() if k in s else None
         tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
-        mfu = self.flops_per_step * steps / dt / peak if peak else None
+        mfu = hardware_flops_per_step(self.cfg, self.stage) * steps / dt / peak if peak else None
         left = self.args.hours * 3600 - self.elapsed if self.args.hours else \
             (self.args.max_steps - self.step) * dt / steps
         return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps / w).item(),

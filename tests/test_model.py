@@ -128,3 +128,13 @@ def test_padding_does_not_change_real_token_outputs():
     a = model.discriminator(x)
     b = model.discriminator(padded, mask)[:, :20]
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_mfu_count_leaves_out_only_the_dense_lookups():
+    from flops import hardware_flops_per_step
+    cfg = Config()
+    lookup = 2 * 128 * (30522 + 128 + 2) * 128 * 128          # one lookup pass of a batch
+    assert train_flops_per_step(cfg) - hardware_flops_per_step(cfg) == 4 * lookup   # G, D x fwd/bwd
+    bert = replace(cfg, model="bert")
+    assert train_flops_per_step(bert) - hardware_flops_per_step(bert) == 2 * lookup
+    assert 0.55 < hardware_flops_per_step(cfg) / train_flops_per_step(cfg) < 0.65
