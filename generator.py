@@ -63,6 +63,8 @@ def sample(logits, generator: torch.Generator = None):
 
     Called on detached logits: sampling is not differentiable, and §2 trains G by maximum
     likelihood only. Noise is drawn in float32 so bf16 rounding cannot bias the sample."""
-    u = torch.rand(logits.shape, device=logits.device, generator=generator)
-    gumbel = -torch.log(-torch.log(u.clamp(1e-9, 1.0 - 1e-7)))
-    return torch.argmax(logits.detach().float() + gumbel, dim=-1)
+    # g = log(-log u) = -Gumbel noise, computed in place: (B, K, vocab) is the largest tensor
+    # of the step, and every temporary copy of it costs memory bandwidth.
+    g = torch.rand(logits.shape, device=logits.device, generator=generator)
+    g = g.clamp_(1e-9, 1.0 - 1e-7).log_().neg_().log_()
+    return torch.argmax(logits.detach().float() - g, dim=-1)

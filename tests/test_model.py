@@ -138,3 +138,10 @@ def test_mfu_count_leaves_out_only_the_dense_lookups():
     bert = replace(cfg, model="bert")
     assert train_flops_per_step(bert) - hardware_flops_per_step(bert) == 2 * lookup
     assert 0.55 < hardware_flops_per_step(cfg) / train_flops_per_step(cfg) < 0.65
+
+
+def test_gumbel_max_samples_follow_the_softmax():
+    from generator import sample
+    logits = torch.tensor([0.0, 1.0, 2.0, -1.0]).expand(100_000, 4)
+    freq = torch.bincount(sample(logits, torch.Generator().manual_seed(0)), minlength=4) / 1e5
+    assert torch.allclose(freq, torch.softmax(logits[0], 0), atol=0.01)

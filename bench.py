@@ -1,0 +1,288 @@
+"""Training throughput, side by side: our ELECTRA-Small, our BERT-Small, Hugging Face's Electra.
+
+    python bench.py                                  # Table 6 ELECTRA-Small, batch 128, all three
+    python bench.py --steps 5 --warmup 2             # on a 2-core CPU (about 10 s a step each)
+    python bench.py --device cuda --compile --json bench.json
+    python bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
+
+What is measured: full optimizer steps - forward, backward, gradient clipping, AdamW - on the
+same synthetic batches (random ids from a fixed seed, [CLS] ... [SEP], masked by data.mask_tokens
+exactly as training does), with the same config and the same optimizer (make_optimizer). Each
+contender runs `--warmup` untimed steps (allocator, torch.compile), then `--steps` timed ones,
+and gets a line: steps/s, tokens/s, ms/step (of the median step), MFU, and the memory one step
+needs above what was held before it (peak CUDA allocation; peak RSS growth on a CPU) plus the
+weights and Adam's state.
+
+Why ratios, and why interleaved: an absolute step time says as much about the machine (clock,
+threads, the BLAS library, other jobs) as about the code. Timed side by side, the contenders
+share all of that, so "ours / HF tokens/s" is the number that carries over to another machine.
+Side by side means *interleaved*: round r times one step of every contender (in a rotating
+order), so a job that starts or stops on a shared machine slows everyone alike (timed one after
+the other, such a change alone moved the ratio 3x here), and a ratio is the median over rounds
+of the ratio within a round. No test asserts a speed: the tests check the wiring and the
+output; the numbers are for people.
+
+MFU uses flops.train_flops_per_step - the paper's count (Appendix E) - for HF's ELECTRA too,
+because both do the same work by that count. HF's generator projects *all* 128 positions onto
+the 30k vocabulary (ElectraForMaskedLM has no notion of "only the masked slots"), ours only the
+19 mask slots; that extra work is part of what is compared.
+"""
+import argparse
+import ctypes.util
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")           # HF builds from a config; never download
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch
+import torch.nn as nn
+
+from data import mask_tokens
+from electra_small import SIZES, Config, make_optimizer, pick_device, training_step
+from flops import peak_flops, train_flops_per_step
+from objectives import build_model
+
+# Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
+MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
+           "bert": dict(replace_prob=0.8, random_prob=0.1)}
+
+
+class HFElectra(nn.Module):
+    """Hugging Face's ELECTRA pair, wired as its pre-training examples do: ElectraForMaskedLM as G,
+    ElectraForPreTraining as D, D given G's embeddings module (G's output layer is tied to the
+    word embeddings by HF's default), loss = L_MLM + λ L_Disc. Same forward signature as ours,
+    so electra_small.training_step trains it unchanged."""
+
+    def __init__(self, cfg, attn="sdpa"):
+        super().__init__()
+        from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+        def config(enc, attn):
+            return ElectraConfig(
+                vocab_size=cfg.vocab_size, embedding_size=cfg.emb_size, hidden_size=enc.hidden,
+                num_hidden_layers=enc.layers, num_attention_heads=enc.heads,
+                intermediate_size=enc.ffn, max_position_embeddings=cfg.max_len,
+                hidden_dropout_prob=enc.dropout, attention_probs_dropout_prob=enc.dropout,
+                pad_token_id=cfg.vocab_size - 4, attn_implementation=attn)
+        try:                                # older transformers have no SDPA path for Electra
+            self.generator = ElectraForMaskedLM(config(cfg.gen, attn))
+        except (ValueError, ImportError):
+            attn = "eager"
+            self.generator = ElectraForMaskedLM(config(cfg.gen, attn))
+        self.discriminator = ElectraForPreTraining(config(cfg.disc, attn))
+        self.discriminator.electra.embeddings = self.generator.electra.embeddings   # shared
+        self.attn = self.generator.config._attn_implementation or attn
+        self.disc_weight = cfg.disc_weight
+
+    def forward(self, x, x_masked, positions, targets, weights):
+        # HF's MLM loss: labels -100 (ignored) everywhere but the used mask slots.
+        labels = torch.where(weights > 0, targets, -100)
+        labels = torch.full_like(x, -100).scatter(1, positions, labels)
+        g = self.generator(input_ids=x_masked, labels=labels)
+        with torch.no_grad():                   # Gumbel-max sample at the mask slots; no grad
+            V = g.logits.shape[-1]
+            logits = torch.gather(g.logits, 1, positions[..., None].expand(-1, -1, V))
+            u = torch.rand(logits.shape, device=logits.device).clamp(1e-9, 1 - 1e-7)
+            x_hat = (logits.float() - torch.log(-torch.log(u))).argmax(-1)
+            x_corrupt = x.scatter(1, positions, torch.where(weights > 0, x_hat, targets))
+            is_replaced = (x_corrupt != x).long()    # a sample equal to the original is "real"
+        d = self.discriminator(input_ids=x_corrupt, labels=is_replaced)
+        loss = g.loss + self.disc_weight * d.loss
+        return loss, dict(mlm_loss=g.loss, disc_loss=d.loss, x_corrupt=x_corrupt,
+                          is_replaced=is_replaced)
+
+
+def make_batches(cfg, n=4, seed=0):
+    """n fixed synthetic batches (CPU), each masked for ELECTRA and for BERT from one seed."""
+    V = cfg.vocab_size
+    pad, cls, sep, mask = V - 4, V - 3, V - 2, V - 1     # tokenizer.py puts the specials last
+    g = torch.Generator().manual_seed(seed)
+    out = {k: [] for k in MASK_KW}
+    for _ in range(n):
+        x = torch.randint(0, V - 4, (cfg.batch_size, cfg.seq_len), generator=g)
+        x[:, 0], x[:, -1] = cls, sep
+        s = int(torch.randint(0, 2 ** 31, (1,), generator=g))
+        for k, kw in MASK_KW.items():
+            b = mask_tokens(x, (pad, cls, sep), mask, cfg.n_slots, cfg.mask_prob, n_random=V - 4,
+                            generator=torch.Generator().manual_seed(s), **kw)
+            out[k].append(dict(x=x, **b))
+    return out
+
+
+# ----------------------------------------------------------------------------- one contender
+
+def sync(device):
+    if device.type in ("cuda", "mps"):                     # GPUs run asynchronously
+        getattr(torch, device.type).synchronize()
+
+
+def _vm_bytes(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(field + ":")) * 1024
+
+
+def measure_step_memory(device, step):
+    """Run one step; return (bytes it needed above what was held before it, how measured).
+    CUDA: max_memory_allocated after reset_peak_memory_stats. CPU: the peak RSS (getrusage's
+    ru_maxrss, but resettable: Linux's VmHWM after writing 5 to clear_refs), after handing freed
+    heap back to the OS (malloc_trim) so the step cannot hide in memory another contender freed."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        return torch.cuda.max_memory_allocated(device) - before, "CUDA allocated"
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _vm_bytes("VmRSS")
+    except (OSError, AttributeError, TypeError):      # not Linux/glibc: no resettable peak
+        before = None
+    step()
+    return (None, "n/a") if before is None else (_vm_bytes("VmHWM") - before, "peak RSS growth")
+
+
+class Contender:
+    """One model + optimizer + its batches, stepped by training_step exactly as training does."""
+
+    def __init__(self, name, cfg, batches, device, compile_):
+        self.name, self.cfg, self.batches, self.device = name, cfg, batches, device
+        torch.manual_seed(0)
+        self.model = (HFElectra(cfg) if name == "hf" else build_model(cfg)).to(device)
+        self.opt = make_optimizer(self.model, cfg, device)
+        self.stepper, self.mode = self.model, "eager"
+        if compile_ and name != "hf":                    # HF runs eager, as its users do
+            self.stepper, self.mode = torch.compile(self.model), "compiled"
+        self.attention = self.model.attn if name == "hf" else "sdpa"
+        self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
+
+    def step(self):
+        b = self.batches[self.i % len(self.batches)]
+        self.i += 1
+        try:
+            self.stats = training_step(self.stepper, self.opt, b, self.cfg.lr, self.cfg,
+                                       self.device)
+        except Exception as e:                       # compile errors surface on the first call
+            if self.mode != "compiled":
+                raise
+            print(f"{self.name}: torch.compile failed, falling back to eager: {type(e).__name__}: "
+                  + (str(e).strip().splitlines() or [""])[0], flush=True)
+            self.opt.zero_grad(set_to_none=True)
+            self.stepper, self.mode = self.model, "eager (compile failed)"
+            self.stats = training_step(self.model, self.opt, b, self.cfg.lr, self.cfg, self.device)
+
+    def timed_step(self):
+        sync(self.device)
+        t0 = time.perf_counter()
+        self.step()
+        sync(self.device)
+        self.times.append(time.perf_counter() - t0)
+
+    def result(self, peak):
+        c, dt = self.cfg, statistics.median(self.times)
+        flops = train_flops_per_step(c)
+        tensors = [*self.model.parameters(), *(t for s in self.opt.state.values()
+                                              for t in s.values() if torch.is_tensor(t))]
+        state = sum(t.numel() * t.element_size() for t in tensors)    # weights, Adam's m and v
+        return dict(name=self.name, model=c.model, mode=self.mode, attention=self.attention,
+                    params=sum(p.numel() for p in self.model.parameters()),
+                    steps_per_s=1 / dt, tokens_per_s=c.batch_size * c.seq_len / dt,
+                    ms_per_step=1000 * dt, step_times_s=self.times, flops_per_step=flops,
+                    mfu=flops / dt / peak if peak else None, state_bytes=state,
+                    step_mem_bytes=self.mem, mem_kind=self.mem_kind,
+                    last_mlm_loss=self.stats["mlm_loss"].item())
+
+
+def line(r):
+    mfu = "  -  " if r["mfu"] is None else f"{100 * r['mfu']:5.1f}%"
+    mem = "n/a" if r["step_mem_bytes"] is None else f"{r['step_mem_bytes'] / 2 ** 20:,.0f} MiB"
+    return (f"{r['name']:<5} {r['mode']:<9} attn={r['attention']:<5} {r['params'] / 1e6:5.2f}M | "
+            f"{r['steps_per_s']:7.3f} steps/s | {r['tokens_per_s']:9,.0f} tok/s | "
+            f"{r['ms_per_step']:9.1f} ms/step | MFU {mfu} | one step: {mem} ({r['mem_kind']})"
+            f" + {r['state_bytes'] / 2 ** 20:,.0f} MiB weights & Adam")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Training throughput: ours, BERT-Small, HF Electra.")
+    p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
+    p.add_argument("--size", choices=sorted(SIZES), default="small")
+    p.add_argument("--batch_size", type=int, default=None, help="default: the size's (128)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per contender")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least 1)")
+    p.add_argument("--which", default="ours,bert,hf", help="comma list of ours, bert, hf")
+    p.add_argument("--compile", action="store_true", help="torch.compile ours and bert")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
+    p.add_argument("--json", metavar="OUT.json", help="also write the results here")
+    args = p.parse_args(argv)
+    args.which = [w.strip() for w in args.which.split(",") if w.strip()]
+    if not args.which or set(args.which) - {"ours", "bert", "hf"}:
+        p.error(f"--which {','.join(args.which)}: choose from ours, bert, hf")
+    if args.steps < 1 or args.warmup < 1:
+        p.error("--steps and --warmup must be at least 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    cfg = replace(Config(), **SIZES[args.size])
+    cfg = replace(cfg, batch_size=args.batch_size) if args.batch_size else cfg
+    try:
+        import transformers
+        hf_version = transformers.__version__
+    except ImportError:
+        hf_version = None
+        if "hf" in args.which:                           # an optional, benchmark-only extra
+            print("transformers not installed: pip install transformers to compare (skipping hf)")
+            args.which.remove("hf")
+    peak, peak_note = peak_flops(device)
+    h = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else
+             f"CPU, {torch.get_num_threads()} threads" if device.type == "cpu" else device.type,
+             torch=torch.__version__, transformers=hf_version, size=args.size,
+             batch_size=cfg.batch_size, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size,
+             steps=args.steps, warmup=args.warmup, compile=args.compile, peak_flops=peak,
+             peak_note=peak_note, load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
+    # the load average shows other jobs on the machine: they slow every contender alike
+    print(f"{h['device']} | torch {h['torch']} | transformers {hf_version or 'not installed'} | "
+          f"{args.size}: batch {cfg.batch_size} x seq {cfg.seq_len}, vocab {cfg.vocab_size} | "
+          f"{args.warmup} warm-up + {args.steps} timed steps, interleaved | load avg "
+          f"{h['load_avg']:.1f} | MFU vs {peak_note}" + (f" {peak:.3g} FLOP/s" if peak else ""),
+          flush=True)
+    batches = make_batches(cfg)
+    runs = [Contender(n, replace(cfg, model="bert") if n == "bert" else cfg,
+                      batches["bert" if n == "bert" else "electra"], device, args.compile)
+            for n in args.which]
+    for c in runs:                       # warm-up; the last warm-up step also measures memory
+        for _ in range(args.warmup - 1):
+            c.step()
+        c.mem, c.mem_kind = measure_step_memory(device, c.step)
+    for r in range(args.steps):          # round r: one step each, the order rotating
+        for c in runs[r % len(runs):] + runs[:r % len(runs)]:
+            c.timed_step()
+    results = [c.result(peak) for c in runs]
+    for r in results:
+        print(line(r), flush=True)
+    # The ratio pairs the steps of one round (timed seconds apart) and takes the median: what
+    # a change in the machine's load does to one round, it does to both sides of its ratio.
+    t = {c.name: c.times for c in runs}
+    ratios = {f"{a}/hf tokens_per_s": statistics.median(h / o for o, h in zip(t[a], t["hf"]))
+              for a in ("ours", "bert") if a in t and "hf" in t}
+    for k, v in ratios.items():
+        print(f"{k.split()[0].replace('/', ' / ')} tokens/s: {v:.2f}x (median over rounds)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(header=h, results=results, ratios=ratios), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""bench.py: the command line and its JSON, and the wiring of the Hugging Face contender.
+No test asserts a speed: timings depend on the machine; these check what is being timed."""
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import run_cli
+from electra_small import SIZES, Config
+
+
+def test_bench_command_line_writes_positive_numbers(tmp_path):
+    out = tmp_path / "bench.json"
+    # one thread: on a busy 2-core machine OpenMP barriers can stall for seconds
+    r = run_cli("bench.py", "--size", "tiny", "--steps", "2", "--warmup", "1",
+                "--which", "ours,bert", "--threads", "1", "--json", out, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    h = res["header"]
+    assert h["torch"] == torch.__version__ and h["device"].startswith("CPU")
+    assert (h["batch_size"], h["seq_len"]) == (16, 64)
+    assert [x["name"] for x in res["results"]] == ["ours", "bert"]
+    for x in res["results"]:
+        for k in ("steps_per_s", "tokens_per_s", "ms_per_step", "flops_per_step", "mfu",
+                  "step_mem_bytes", "state_bytes", "params"):
+            assert x[k] > 0, (x["name"], k, x[k])
+        assert x["tokens_per_s"] == pytest.approx(x["steps_per_s"] * 16 * 64)
+        assert x["ms_per_step"] == pytest.approx(1000 / x["steps_per_s"])
+        assert len(x["step_times_s"]) == 2 and min(x["step_times_s"]) > 0
+        assert x["state_bytes"] >= 3 * 4 * x["params"]          # fp32 weights + Adam's m and v
+        assert x["mode"] == "eager" and x["mem_kind"] == "peak RSS growth"
+        assert math.isfinite(x["last_mlm_loss"]) and 5 < x["last_mlm_loss"] < 15   # ~ln 30522
+    ours, bert = res["results"]
+    assert ours["flops_per_step"] > bert["flops_per_step"]     # ELECTRA also runs G
+    assert res["ratios"] == {}                                 # no hf, no ratio
+    lines = r.stdout.splitlines()
+    assert "CPU, 1 threads" in lines[0] and "torch" in lines[0]
+    assert any(l.startswith("ours ") and "tok/s" in l for l in lines)
+    assert any(l.startswith("bert ") and "MFU" in l for l in lines)
+
+
+def test_bench_rejects_unknown_contenders():
+    r = run_cli("bench.py", "--which", "ours,gpt", timeout=60)
+    assert r.returncode == 2 and "gpt" in r.stderr
+
+
+# ----------------------------------------------------------------------------- HF wiring
+
+def hf_pair():
+    pytest.importorskip("transformers")
+    import bench
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
+    torch.manual_seed(0)
+    return bench, cfg, bench.HFElectra(cfg)
+
+
+def test_hf_generator_and_discriminator_share_one_embedding():
+    _, _, model = hf_pair()
+    g, d = model.generator, model.discriminator
+    assert d.electra.embeddings is g.electra.embeddings
+    word = g.electra.embeddings.word_embeddings.weight
+    assert d.electra.embeddings.word_embeddings.weight is word
+    assert g.generator_lm_head.weight is word                  # HF ties G's output layer
+    # counted once: training updates one tensor from both losses
+    assert sum(p is word for p in model.parameters()) == 1
+    assert g.config.embedding_size == 32 and d.config.hidden_size == 64
+    assert g.config.hidden_size == 16                          # 1/4 of D (Table 6)
+
+
+def test_hf_loss_and_replaced_labels():
+    bench, cfg, model = hf_pair()
+    b = bench.make_batches(cfg, n=1)["electra"][0]
+    loss, stats = model(**b)
+    assert torch.isfinite(loss) and torch.isfinite(stats["disc_loss"])
+    assert loss.item() == pytest.approx((stats["mlm_loss"] + 50 * stats["disc_loss"]).item())
+    x, xc, lab = b["x"], stats["x_corrupt"], stats["is_replaced"]
+    assert torch.equal(lab.bool(), xc != x)                    # labels compare with the original
+    used = torch.zeros_like(x, dtype=torch.bool).scatter(1, b["positions"], b["weights"] > 0)
+    assert not (xc != x)[~used].any()                          # only used mask slots change
+    assert lab.sum() > 0                                       # a random G mostly replaces
+    loss.backward()
+    assert model.generator.electra.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_hf_a_sample_equal_to_the_original_counts_as_real(monkeypatch):
+    """Force G to predict the original token everywhere: nothing may be labelled replaced."""
+    bench, cfg, model = hf_pair()
+    b = bench.make_batches(cfg, n=1)["electra"][0]
+    forward = model.generator.forward
+
+    def confident(*a, **kw):
+        out = forward(*a, **kw)
+        out.logits = out.logits + 1e4 * torch.nn.functional.one_hot(b["x"], cfg.vocab_size)
+        return out
+    monkeypatch.setattr(model.generator, "forward", confident)
+    loss, stats = model(**b)
+    assert torch.isfinite(loss)
+    assert torch.equal(stats["x_corrupt"], b["x"]) and stats["is_replaced"].sum() == 0
