@@ -22,8 +22,9 @@ the other, such a change alone moved the ratio 3x here), and a ratio is the medi
 of the ratio within a round. No test asserts a speed: the tests check the wiring and the
 output; the numbers are for people.
 
-MFU uses flops.train_flops_per_step - the paper's count (Appendix E) - for HF's ELECTRA too,
-because both do the same work by that count. HF's generator projects *all* 128 positions onto
+MFU uses flops.hardware_flops_per_step - the paper's count (Appendix E) without its "dense"
+embedding lookups, as the trainer does - for HF's ELECTRA too, because both do the same
+necessary work by that count. HF's generator projects *all* 128 positions onto
 the 30k vocabulary (ElectraForMaskedLM has no notion of "only the masked slots"), ours only the
 19 mask slots; that extra work is part of what is compared.
 """
@@ -45,7 +46,7 @@ import torch.nn as nn
 
 from data import mask_tokens
 from electra_small import SIZES, Config, make_optimizer, pick_device, training_step
-from flops import peak_flops, train_flops_per_step
+from flops import hardware_flops_per_step, peak_flops
 from objectives import build_model
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
@@ -187,7 +188,7 @@ class Contender:
 
     def result(self, peak):
         c, dt = self.cfg, statistics.median(self.times)
-        flops = train_flops_per_step(c)
+        flops = hardware_flops_per_step(c)
         tensors = [*self.model.parameters(), *(t for s in self.opt.state.values()
                                               for t in s.values() if torch.is_tensor(t))]
         state = sum(t.numel() * t.element_size() for t in tensors)    # weights, Adam's m and v
