@@ -45,7 +45,8 @@ import torch
 import torch.nn as nn
 
 from data import mask_tokens
-from electra_small import SIZES, Config, make_optimizer, pick_device, training_step
+from device import pick_device, pick_precision
+from electra_small import SIZES, Config, make_optimizer, training_step
 from flops import hardware_flops_per_step, peak_flops
 from objectives import build_model
 
@@ -251,11 +252,12 @@ def main(argv=None):
              torch=torch.__version__, transformers=hf_version, size=args.size,
              batch_size=cfg.batch_size, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size,
              steps=args.steps, warmup=args.warmup, compile=args.compile, peak_flops=peak,
-             peak_note=peak_note, load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
+             peak_note=peak_note, precision=pick_precision("auto", device)[0], load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
     # the load average shows other jobs on the machine: they slow every contender alike
     print(f"{h['device']} | torch {h['torch']} | transformers {hf_version or 'not installed'} | "
           f"{args.size}: batch {cfg.batch_size} x seq {cfg.seq_len}, vocab {cfg.vocab_size} | "
-          f"{args.warmup} warm-up + {args.steps} timed steps, interleaved | load avg "
+          f"{args.warmup} warm-up + {args.steps} timed steps, interleaved | {h['precision']} "
+          f"autocast for all | load avg "
           f"{h['load_avg']:.1f} | MFU vs {peak_note}" + (f" {peak:.3g} FLOP/s" if peak else ""),
           flush=True)
     batches = make_batches(cfg)

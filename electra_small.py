@@ -31,6 +31,7 @@ from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpo
 from config import SIZES, Config, lr_at
 from data import DATA_ROOT, DEMO_NAME, DataError, PretrainingData, Prefetcher, load_meta
 from data import load_tokenizer, mask_tokens, prepare_demo
+from device import DeviceError, pick_device, pick_precision
 from distributed import Dist
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from objectives import build_model
@@ -48,20 +49,6 @@ def make_optimizer(model, cfg, device):
                              fused=device.type == "cuda")
 
 
-def pick_device(name=None):
-    if name:
-        if name == "cuda" and not torch.cuda.is_available():
-            raise DataError("--device cuda: no CUDA GPU is visible to PyTorch")
-        if name == "mps" and not torch.backends.mps.is_available():
-            raise DataError("--device mps: Apple's MPS backend is not available")
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 def count_params(model, cfg):
     """(generator-only, discriminator incl. embeddings, shared embeddings, total) in parameters."""
     n = lambda m: sum(p.numel() for p in m.parameters())
@@ -74,15 +61,15 @@ def count_params(model, cfg):
     return g_only, n(model.discriminator), shared, n(model)
 
 
-def training_step(model, opt, batch, lr, cfg, device):
+def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     """One optimizer step of L_MLM + λ L_Disc (or of the config's objective) on a CPU batch
     {x, x_masked, positions, targets, weights}; returns the statistics as device tensors."""
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
-    # bf16 autocast on GPUs: tensor cores run bf16 matmuls several times faster; the losses
-    # are computed in float32 inside mlm_loss / disc_loss.
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    # bf16 autocast where the hardware has native bf16 (device.py): several times faster
+    # matmuls; weights, optimizer and the losses (mlm_loss / disc_loss) stay in float32.
+    with pick_precision(precision, device)[1]():
         loss, stats = model(**batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -177,7 +164,8 @@ class Trainer:
 
     def train_step(self, batch, lr):
         try:
-            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device)
+            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device,
+                                 self.args.precision)
         except Exception as e:          # torch.compile can fail on some setups: fall back
             if not self.args.compile or self.model is self.raw_model:
                 raise
@@ -185,7 +173,8 @@ class Trainer:
                   "continuing eagerly", file=sys.stderr)
             self.opt.zero_grad(set_to_none=True)
             self.model = self.dist.wrap(self.raw_model, find_unused=self.cfg.two_stage)
-            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device)
+            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device,
+                                 self.args.precision)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self):
@@ -306,6 +295,8 @@ def parse_args(argv=None):
     p.add_argument("--save_every", type=int, default=0, help="also checkpoint every N steps")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU speed)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                   help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
     return p.parse_args(argv)
 
 
@@ -332,7 +323,7 @@ def main(argv=None):
     dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
     try:
         return _main(args, dist)
-    except (DataError, CheckpointError) as e:
+    except (DataError, CheckpointError, DeviceError) as e:
         if dist.main:
             print(f"error: {e}", file=sys.stderr)
         return 1

@@ -35,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from checkpoint import CheckpointError, load_checkpoint
+from device import DeviceError, pick_device, pick_precision
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
@@ -232,29 +233,6 @@ def evaluate(name, model, devs, pad_id, device, autocast):
 
 # ----------------------------------------------------------------------------- command line
 
-def pick_device(name):
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GlueError("--device cuda: no CUDA GPU is visible to PyTorch")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise GlueError("--device mps: Apple's MPS backend is not available")
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else
-                        "mps" if torch.backends.mps.is_available() else "cpu")
-
-
-def pick_precision(choice, device):
-    """bf16 autocast where the hardware computes bf16 natively (recent GPUs; CPUs with AVX512-
-    BF16 / AMX, where bf16 matmuls run ~3-4x faster than fp32), float32 elsewhere."""
-    if choice == "auto":
-        native = torch.cuda.is_bf16_supported() if device.type == "cuda" else \
-            device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        choice = "bf16" if native else "fp32"
-    if choice == "bf16" and device.type in ("cuda", "cpu"):
-        return "bf16", lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return "fp32", lambda: torch.autocast(device.type, enabled=False)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Fine-tune a pre-trained ELECTRA/BERT-Small "
                                 "checkpoint on GLUE (Table 7 hyperparameters).")
@@ -278,7 +256,7 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         return run(args)
-    except (GlueError, CheckpointError) as e:
+    except (GlueError, CheckpointError, DeviceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

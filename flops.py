@@ -134,7 +134,8 @@ GPU_PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "GH200": 989e12
 
 def peak_flops(device):
     """(peak FLOP/s, how we know it) for MFU. GPUs: their data-sheet bf16 peak. A CPU has no
-    such number we can trust, so we measure it: the best of a few float32 matmuls."""
+    such number we can trust, so we measure it: the best of a few matmuls in the precision
+    training uses there (bf16 on CPUs with native bf16, else float32)."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -144,11 +145,13 @@ def peak_flops(device):
         return None, f"{name}: unknown peak"
     if device.type != "cpu":
         return None, f"{device.type}: unknown peak"
+    from device import native_bf16              # training runs in bf16 where this is true
+    dtype = torch.bfloat16 if native_bf16("cpu") else torch.float32
     n, best = 1024, 0.0
     g = torch.Generator().manual_seed(0)        # leave the global RNG (training's) untouched
-    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
     for _ in range(5):
         t = time.perf_counter()
         a @ b
         best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
-    return best, f"CPU float32 matmul, measured ({torch.get_num_threads()} threads)"
+    return best, f"CPU {str(dtype)[6:]} matmul, measured ({torch.get_num_threads()} threads)"

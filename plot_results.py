@@ -190,7 +190,8 @@ def table1(runs):
         p = r["pretrain"]
         name = series_name(p["model"], p["objective"])
         if isinstance(p.get("steps"), int):
-            name += f" ({p['steps'] / 1000:g}k steps)"
+            steps = p["steps"]
+            name += f" ({steps / 1000:g}k steps)" if steps >= 10_000 else f" ({steps:,} steps)"
         params = f"{p['params'] / 1e6:.1f}M" if isinstance(p.get("params"), (int, float)) else "?"
         row = [name, f"{p['flops']:.1e}", params, _fmt_time(r), f"{r['glue_score']:.1f}"]
         for t in tasks:
