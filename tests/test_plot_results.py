@@ -100,8 +100,8 @@ def test_table1_rows_sorted_and_numbers(inputs, tmp_path):
     assert len(body) == len(res)
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in body]
     # sorted by model (bert < electra) then FLOPs
-    assert [c[0] for c in cells] == ["BERT (4k steps)", "BERT (16k steps)", "ELECTRA (4k steps)",
-                                     "ELECTRA (8k steps)", "ELECTRA (16k steps)"]
+    assert [c[0] for c in cells] == ["BERT (4,000 steps)", "BERT (16k steps)", "ELECTRA (4,000 steps)",
+                                     "ELECTRA (8,000 steps)", "ELECTRA (16k steps)"]
     assert [c[1] for c in cells] == ["1.0e+16", "4.0e+16", "1.0e+16", "2.0e+16", "4.0e+16"]
     assert [c[4] for c in cells] == ["55.0", "59.7", "58.4", "61.2", "63.9"]
     assert cells[0][2] == "13.5M" and cells[0][3] == "1.5h on 1 NVIDIA H100 80GB HBM3"

@@ -63,7 +63,7 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
     saved = load_checkpoint(out / "ckpt.pt")["step"]
     assert 10 <= saved < 40, saved
     r = run_cli("electra_small.py", "--out_dir", out, "--resume", "--data", data_dir,
-                "--threads", "2")
+                "--threads", "2", "--log_every", "1")
     assert r.returncode == 0, r.stderr
     assert f"resuming at step {saved}" in r.stdout
     a, b = read_log(ref), read_log(out)
