@@ -9,10 +9,11 @@ Safety rules: files are written to a temporary name and renamed into place (a cr
 mid-write never leaves a truncated ckpt.pt), and loaded with torch.load(weights_only=True), which
 refuses pickled code - a checkpoint from someone else cannot run anything on your machine.
 """
-import os
 from pathlib import Path
 
 import torch
+
+from atomic import atomic_write
 
 KIND = "electra-small-pretraining"
 VERSION = 1
@@ -26,13 +27,7 @@ def save_checkpoint(path, state):
     """Atomically write `state` (a dict of tensors and plain values) to `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        torch.save({"kind": KIND, "version": VERSION, **state}, tmp)
-        os.replace(tmp, path)                   # atomic on POSIX and Windows
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, lambda tmp: torch.save({"kind": KIND, "version": VERSION, **state}, tmp))
 
 
 def load_checkpoint(path, map_location="cpu"):

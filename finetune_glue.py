@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from atomic import atomic_write
 from checkpoint import CheckpointError, load_checkpoint
 from device import DeviceError, pick_device, pick_precision
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
@@ -352,15 +353,10 @@ def run(args):
 
 def write_json_atomic(path, obj):
     """Temp file + rename: a reader never sees half a results file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(obj, indent=1))
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
     except OSError as e:
         raise GlueError(f"{path}: cannot write the results ({e.strerror or e})") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import matplotlib
 matplotlib.use("Agg")  # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from atomic import atomic_write  # noqa: E402
+
 # canonical GLUE order and display names (paper Table 8 column order; WNLI is never used)
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", stsb="STS-B", qqp="QQP",
@@ -202,13 +204,6 @@ def table1(runs):
                                "seeds) main metric x100, on the dev sets.\n")
 
 
-def _atomic_write(path, write):
-    # readers (or a crash) never see a half-written file: write aside, then rename atomically
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
         print(f"error: {message} (see --help)", file=sys.stderr)
@@ -236,10 +231,10 @@ def main(argv=None):
     else:
         print("note: no --logs given, skipping training_curves.png", file=sys.stderr)
     for name, fig in figs.items():
-        _atomic_write(os.path.join(args.out_dir, name), lambda p: fig.savefig(p, format="png"))
+        atomic_write(os.path.join(args.out_dir, name), lambda p: fig.savefig(p, format="png"))
         plt.close(fig)
     table = table1(runs)
-    _atomic_write(os.path.join(args.out_dir, "table1.md"),
+    atomic_write(os.path.join(args.out_dir, "table1.md"),
                   lambda p: pathlib.Path(p).write_text(table, encoding="utf-8"))
     print(table, end="")
     return 0

@@ -24,13 +24,15 @@ always the four ids just after the ranks.
 
 import base64
 import heapq
-import os
 import re
 import sys
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import tiktoken
+
+from atomic import atomic_write
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -231,10 +233,8 @@ class Tokenizer:
 
     def save(self, path):
         # Write-then-rename: a crash mid-write never leaves a truncated file.
-        tmp = str(path) + ".tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(self.to_text())
-        os.replace(tmp, path)
+        text = self.to_text()
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="ascii"))
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
