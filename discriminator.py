@@ -17,7 +17,6 @@ this, more than anything else, is where ELECTRA's efficiency comes from).
 
 After pre-training the generator is thrown away and D is fine-tuned (finetune_glue.py).
 """
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

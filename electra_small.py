@@ -17,7 +17,6 @@ ELECTRA and BERT comparable at equal time without counting steps by hand.
 import argparse
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -178,7 +177,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self):
-        cfg, args, main = self.cfg, self.args, self.dist.main
+        args, main = self.args, self.dist.main
         peak, peak_note = peak_flops(self.device)
         peak = peak * self.dist.world if peak else None
         log_file = open(self.out / "log.jsonl", "a") if main else None

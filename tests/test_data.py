@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import data
-from conftest import CORPUS, ROOT, run_cli
+from conftest import CORPUS, run_cli
 from tokenizer import Tokenizer
 
 

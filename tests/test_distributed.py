@@ -1,5 +1,4 @@
 """torchrun with 2 CPU processes (gloo): the same script, DistributedDataParallel."""
-import sys
 
 import torch
 

@@ -6,7 +6,6 @@ import torch
 
 from data import mask_tokens
 from electra_small import SIZES, Config, lr_at, make_optimizer
-from encoder import EncoderConfig
 from flops import discriminator_forward_flops, train_flops_per_step
 from objectives import ELECTRA, build_model, corrupt
 
