@@ -33,6 +33,7 @@ class Config:
     weight_decay: float = 0.01
     adam_betas: tuple = (0.9, 0.999)
     adam_eps: float = 1e-6
+    optimizer: str = "official"     # Adam without bias correction, as the paper (optim.py)
     grad_clip: float = 1.0
     train_steps: int = 1_000_000    # "Train Steps" (BERT-Small: 1.45M, for equal FLOPs)
 
@@ -55,6 +56,7 @@ class Config:
         d = dict(d)
         d["disc"] = EncoderConfig(**d["disc"])
         d["adam_betas"] = tuple(d["adam_betas"])
+        d.setdefault("optimizer", "torch")      # checkpoints from before optim.py used AdamW
         return cls(**d)
 
 

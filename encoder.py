@@ -36,8 +36,16 @@ class EncoderConfig:
 
 def init_weights(module):
     """BERT's initialisation: N(0, 0.02) weights (the official code truncates at 2 std), zero
-    biases, LayerNorm at identity. Small weights keep the residual stream stable at the start."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
+    biases, LayerNorm at identity. Small weights keep the residual stream stable at the start.
+
+    Exception, as in the official code: the layers it builds with a bare tf.layers.dense (no
+    initializer given) get TensorFlow's default, Glorot (Xavier) uniform, U(±√(6/(in+out))).
+    Those are the embedding projection, D's output layer and the GLUE head; their modules are
+    marked `glorot = True` where they are built."""
+    if isinstance(module, nn.Linear) and getattr(module, "glorot", False):
+        nn.init.xavier_uniform_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.trunc_normal_(module.weight, std=0.02, a=-0.04, b=0.04)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
@@ -122,6 +130,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: EncoderConfig, emb_size: int):
         super().__init__()
         self.proj = nn.Linear(emb_size, cfg.hidden) if emb_size != cfg.hidden else nn.Identity()
+        self.proj.glorot = True                  # official: tf.layers.dense, Glorot (init_weights)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
 
     def forward(self, e, pad_mask=None):

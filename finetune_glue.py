@@ -8,7 +8,8 @@ After pre-training the generator is thrown away (§2: "we throw out the generato
 fine-tune the discriminator"). We keep D's embeddings and encoder (BERT's, for --model bert),
 put one linear layer on the [CLS] vector, and train everything on each task with Table 7's
 hyperparameters - the same for every task except the number of epochs:
-    lr 3e-4 (Small), layer-wise LR decay 0.8, AdamW (β 0.9/0.999, ε 1e-6, no weight decay),
+    lr 3e-4 (Small), layer-wise LR decay 0.8, Adam (β 0.9/0.999, ε 1e-6, no weight decay)
+    without bias correction (optim.py) and the official layer-decay exponents,
     linear decay with 10 % warm-up, batch 32, dropout 0.1, 3 epochs (10 for RTE and STS-B).
 The paper reports the median over 10 fine-tuning seeds of the dev score (--seeds 10).
 Readers, metrics and the input format live in glue.py.
@@ -40,12 +41,16 @@ from device import DeviceError, pick_device, pick_precision
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
+from optim import make_adam
 from tokenizer import Tokenizer
 
 # Table 7 (the "Small" column), in one place.
 HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
                weight_decay=0.0, warmup_frac=0.1, batch_size=32, dropout=0.1, max_len=128,
-               grad_clip=1.0)          # global-norm clipping at 1.0, as the official optimizer
+               grad_clip=1.0,          # global-norm clipping at 1.0, as the official optimizer
+               optimizer="official",   # Adam without bias correction (optim.py), as the paper
+               decay_rule="official")  # layer-wise exponents of the official code (see below)
+STSB_MAX = 5.0                          # STS-B scores lie in [0, 5]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -61,6 +66,10 @@ class Classifier(nn.Module):
         self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(enc.hidden, n_out)
+        # The official head is a bare tf.layers.dense, so TensorFlow's default initialiser:
+        # Glorot (Xavier) uniform, not BERT's N(0, 0.02); with 2 outputs and hidden 256 its
+        # weights are ~4x larger, so the first logits already vary across inputs.
+        self.head.glorot = True
         init_weights(self.head)
 
     def forward(self, ids, segment_ids, pad_mask):
@@ -69,7 +78,11 @@ class Classifier(nn.Module):
 
 
 def load_pretrained(path):
-    """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info)."""
+    """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info).
+    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): see hf_import.py."""
+    if Path(path).is_dir():
+        from hf_import import load_hf_electra
+        return load_hf_electra(path)
     ckpt = load_checkpoint(path)
     try:
         c = ckpt["config"]
@@ -104,25 +117,31 @@ def build_classifier(state, shapes, n_out, dropout):
     return model
 
 
-def layerwise_param_groups(model, lr, decay):
+def layerwise_param_groups(model, lr, decay, rule="official"):
     """Layer-wise learning-rate decay (Table 7: 0.8 for Small): lower layers, which hold more
-    general features, move less. With L blocks: the head and the top block (L-1) at lr,
-    block i at lr * decay^(L-1-i), the embeddings (and their projection to the hidden size,
-    which belongs with them) at lr * decay^L.
+    general features, move less. Every parameter gets a depth, and its learning rate is
+    lr * decay^(L + 2 - depth) for L blocks.
 
-    Note: the official code (electra/model/optimization.py, _get_layer_lrs) gives depth
-    n_layers + 2 to the head and depth i + 1 to block i, so its exponent is L + 1 - i: every
-    block and the embeddings get two extra factors of decay (top block 0.64 * lr, embeddings
-    0.8^(L+2) * lr), an off-by-two against the stated rule. We follow the stated rule."""
+    rule "official" (default) - the depths of the official code (electra/model/optimization.py,
+    _get_layer_lrs), which produced the paper's numbers and which the PyTorch reproduction that
+    matched them (richarddwang/electra_pytorch) kept: the head at L + 2 (lr), block i at i + 1
+    (so the top block, i = L - 1, gets lr * 0.8^2 = 0.64 lr), the embeddings and their
+    projection at 0 (lr * 0.8^(L+2), 0.055 lr for L = 12). The depth L + 1 is never used.
+    rule "stated" - the rule as usually described, one factor per layer below the head: the top
+    block at 0.8 lr, block i at lr * 0.8^(L - i), the embeddings at lr * 0.8^(L + 1)."""
+    if rule not in ("official", "stated"):
+        raise ValueError(f"unknown layer-decay rule {rule!r}: use 'official' or 'stated'")
     L = len(model.encoder.blocks)
     groups = {}
     for name, p in model.named_parameters():
         if name.startswith("head."):
-            power = 0
+            depth = L + 2
         elif name.startswith("encoder.blocks."):
-            power = L - 1 - int(name.split(".")[2])
+            i = int(name.split(".")[2])
+            depth = i + 1 if rule == "official" else i + 2
         else:                                     # embeddings.*, encoder.proj.*
-            power = L
+            depth = 0 if rule == "official" else 1
+        power = L + 2 - depth
         g = groups.setdefault(power, {"params": [], "names": [], "lr": lr * decay ** power})
         g["params"].append(p)
         g["names"].append(name)
@@ -188,14 +207,17 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     rng = np.random.default_rng(seed)
     model = build_classifier(state, shapes, 1 if task.regression else len(task.labels),
                              hp["dropout"]).to(device)
-    opt = torch.optim.AdamW(layerwise_param_groups(model, hp["lr"], hp["layer_decay"]),
-                            betas=hp["adam_betas"], eps=hp["adam_eps"],
-                            weight_decay=hp["weight_decay"], fused=device.type == "cuda")
+    groups = layerwise_param_groups(model, hp["lr"], hp["layer_decay"], hp["decay_rule"])
+    opt = make_adam(groups, hp["optimizer"], hp["lr"], hp["adam_betas"], hp["adam_eps"],
+                    hp["weight_decay"], fused=device.type == "cuda")
     base_lrs = [g["lr"] for g in opt.param_groups]
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
-    labels = torch.from_numpy(train_y)
+    # STS-B: the official code regresses label / 5 (its "simple normalization of the label"),
+    # so the targets lie in [0, 1] like the initial outputs; Spearman and Pearson correlations
+    # do not change when the predictions are scaled, so nothing else needs to know.
+    labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
     for epoch in range(1, epochs + 1):
         model.train()
         te, loss_sum, n_batches = time.time(), torch.zeros((), device=device), 0
@@ -249,6 +271,11 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, help="override Table 7's epochs (quick runs only)")
     p.add_argument("--lr", type=float, help="override Table 7's 3e-4 (the paper searched "
                    "1e-4, 2e-4, 3e-4, 5e-4 for Small)")
+    p.add_argument("--optimizer", choices=["official", "torch"], default="official",
+                   help="official: Adam without bias correction, as the paper; torch: AdamW")
+    p.add_argument("--layer_decay_rule", choices=["official", "stated"], default="official",
+                   help="official: the official code's exponents (top block 0.64 lr); "
+                        "stated: top block 0.8 lr (layerwise_param_groups explains)")
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
     return p.parse_args(argv)
 
@@ -295,7 +322,8 @@ def run(args):
                   f"{', '.join(skipped)})")
     if args.lr is not None and not 0 < args.lr < 1:
         raise GlueError(f"--lr {args.lr}: must be in (0, 1)")
-    hp = dict(HPARAMS, lr=args.lr or HPARAMS["lr"])
+    hp = dict(HPARAMS, lr=args.lr or HPARAMS["lr"], optimizer=args.optimizer,
+              decay_rule=args.layer_decay_rule)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
