@@ -30,11 +30,11 @@ class ELECTRA15(ELECTRA):
     """"ELECTRA 15%": identical to ELECTRA except that L_Disc sums over i in m, not 1..n.
     The paper's point: this loses most of ELECTRA's gain (Table 5: 82.4 vs 85.0)."""
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask,
-                     loss_mask=None):
+    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
+                     segment_ids=None, loss_mask=None):
         in_m = torch.zeros_like(x, dtype=torch.bool).scatter(1, positions, weights > 0)
         return super().discriminate(x, x_corrupt, is_replaced, positions, targets, weights,
-                                    pad_mask, loss_mask=in_m)
+                                    pad_mask, segment_ids, loss_mask=in_m)
 
 
 class ReplaceMLM(ELECTRA):
@@ -50,9 +50,9 @@ class ReplaceMLM(ELECTRA):
     def make_discriminator(self, cfg, embeddings):
         return Generator(cfg.disc, embeddings)
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask,
-                     loss_mask=None):
-        logits = self.discriminator(x_corrupt, positions, pad_mask)
+    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
+                     segment_ids=None, loss_mask=None):
+        logits = self.discriminator(x_corrupt, positions, pad_mask, segment_ids)
         acc = masked_accuracy(logits.detach(), targets, weights)
         return mlm_loss(logits, targets, weights), dict(disc_correct=acc), logits
 
@@ -65,8 +65,8 @@ class CopyMLM(Generator):
         super().__init__(cfg, embeddings)
         self.copy = nn.Linear(cfg.hidden, 1)
 
-    def forward_all(self, x_in, pad_mask=None):
-        h = self.hidden(x_in, pad_mask)
+    def forward_all(self, x_in, pad_mask=None, segment_ids=None):
+        h = self.hidden(x_in, pad_mask, segment_ids)
         return self.head(h, self.embeddings.token.weight), self.copy(h).squeeze(-1)
 
 
@@ -88,9 +88,9 @@ class AllTokensMLM(ReplaceMLM):
     def make_discriminator(self, cfg, embeddings):
         return CopyMLM(cfg.disc, embeddings)
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask,
-                     loss_mask=None):
-        logits, copy_logit = self.discriminator.forward_all(x_corrupt, pad_mask)
+    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
+                     segment_ids=None, loss_mask=None):
+        logits, copy_logit = self.discriminator.forward_all(x_corrupt, pad_mask, segment_ids)
         log_mlm = F.log_softmax(logits.float(), -1).gather(-1, x[..., None]).squeeze(-1)
         copy_ok = torch.where(x_corrupt == x, 0.0, float("-inf"))      # log 1[x_t = input_t]
         log_p = torch.logaddexp(F.logsigmoid(copy_logit.float()) + copy_ok,
@@ -118,7 +118,7 @@ class UnigramELECTRA(ELECTRA):
     def make_generator(self, cfg, embeddings):
         return UnigramSampler(self._counts)
 
-    def generate(self, x_masked, positions, targets, weights, pad_mask):
+    def generate(self, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
         x_hat = torch.multinomial(self.generator.probs, positions.numel(), replacement=True)
         x_hat = x_hat.view_as(positions)
         correct = ((x_hat == targets).float() * weights).sum(), weights.sum()
@@ -137,16 +137,16 @@ class AdversarialELECTRA(ELECTRA):
         g.baseline = nn.Linear(cfg.gen.hidden, 1)
         return g
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
+    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
         G = self.generator
-        h = G.hidden(x_masked, pad_mask)
+        h = G.hidden(x_masked, pad_mask, segment_ids)
         h_m = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))
         logits = G.head(h_m, G.embeddings.token.weight)
         x_hat = sample(logits)
         with torch.no_grad():
             x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
         loss_disc, stats, d_logits = self.discriminate(x, x_corrupt, is_replaced, positions,
-                                                       targets, weights, pad_mask)
+                                                       targets, weights, pad_mask, segment_ids)
         # reward of each sample: D's cross-entropy on it (detached: G only sees the number)
         d_m = torch.gather(d_logits.detach().float(), 1, positions)
         rep_m = torch.gather(is_replaced, 1, positions).float()
@@ -177,16 +177,16 @@ class TwoStageELECTRA(ELECTRA):
         self.register_buffer("stage", torch.tensor(1))     # saved in checkpoints
         self.current_stage = 1                              # its host copy: no GPU sync per step
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None):
+    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
+        inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
         if self.current_stage == 1:
-            loss_mlm, _, stats = self.generate(x_masked, positions, targets, weights, pad_mask)
+            loss_mlm, _, stats = self.generate(x_masked, positions, targets, weights, **inp)
             return loss_mlm, dict(mlm_loss=loss_mlm, **stats)
         with torch.no_grad():                               # G frozen: it only samples
-            loss_mlm, x_hat, stats = self.generate(x_masked, positions, targets, weights,
-                                                   pad_mask)
+            loss_mlm, x_hat, stats = self.generate(x_masked, positions, targets, weights, **inp)
             x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, positions, targets,
-                                                  weights, pad_mask)
+                                                  weights, **inp)
         return self.disc_weight * loss_disc, dict(mlm_loss=loss_mlm, disc_loss=loss_disc,
                                                   **stats, **d_stats)
 

@@ -45,6 +45,9 @@ TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz", ".jsonl")
 SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "__pycache__"}
 
 
+FORMAT = 2      # meta.json "format": 2 = token stream + sentence lengths (two-segment examples)
+
+
 class DataError(Exception):
     """Bad input the user can fix; the command line prints it as one line and exits 1."""
 
@@ -92,25 +95,103 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
 
 # ----------------------------------------------------------------------------- batches
 
+def split_sentences(line):
+    """Cut a paragraph into sentences: after . ! or ? (maybe closed by a quote or bracket) where
+    whitespace and a capital, digit or opening quote follow. The whitespace stays at the start
+    of the next sentence, so the sentences' tokens are exactly the paragraph's tokens (a
+    byte-level BPE sees " The" and "The" as different tokens)."""
+    return SENTENCE_END.split(line)
+
+
+SENTENCE_END = re.compile(r"""(?:(?<=[.!?])|(?<=[.!?]["')\]]))(?=\s+["'(\[]?[A-Z0-9])""")
+
+
+def build_examples(lengths, max_len, seed):
+    """Pre-training examples as the official build_pretraining_dataset.py builds them (ELECTRA's
+    version of BERT's data pipeline), from the sentence lengths of a prepared split.
+
+    `lengths` lists each sentence's token count in stream order, 0 marking a document's end.
+    Sentences are collected until they reach the target length or the document ends - so no
+    example crosses a document boundary - and then cut into two segments at a sentence
+    boundary: A gets about half the target ((target - 3) / 2 tokens, the -3 leaving room for
+    [CLS] and two [SEP]), B the rest. 10 % of examples keep everything in A (a single segment,
+    like single-sentence GLUE tasks), and 5 % get a random shorter target (5..max_len), so the
+    model also sees short, padded inputs as in fine-tuning. A is trimmed to max_len - 2 and B to
+    what is left after [CLS] A [SEP] ... [SEP]; text past the end is dropped, as officially.
+
+    Two deviations, both to keep each segment one contiguous slice of the token stream (so an
+    example is four integers): a sentence longer than max_len - 3 is cut to fill examples
+    (the official code would keep its head and drop the rest), and once B has started
+    every later sentence goes to B (the official rule could put a short later sentence back
+    into A). Returns an (N, 4) int64 array of (a_start, a_len, b_start, b_len), a pure function
+    of (lengths, max_len, seed), which is what makes --resume exact."""
+    coins = _uniforms(np.random.default_rng(seed))
+    piece = max_len - 3
+    out, cur, start, pos = [], [], 0, 0            # cur: token counts of the collected sentences
+    target = max_len
+
+    def emit():
+        nonlocal cur, target
+        first_target = 1 << 30 if next(coins) < 0.1 else (target - 3) // 2
+        a = b = 0
+        for n in cur:
+            if b == 0 and (a == 0 or a + n < first_target or
+                           (a < first_target and next(coins) < 0.5)):
+                a += n
+            else:
+                b += n
+        a_len = min(a, max_len - 2)
+        b_len = min(b, max(0, max_len - a_len - 3))
+        out.append((start, a_len, start + a, b_len))
+        cur = []
+        target = int(5 + next(coins) * (max_len - 4)) if next(coins) < 0.05 else max_len
+
+    for n in lengths.tolist():
+        if n == 0:                                 # end of a document: close the example
+            if cur:
+                emit()
+            continue
+        while n > 0:
+            if not cur:
+                start = pos
+            # a sentence too long for any example fills this one up to max_len - 3 tokens;
+            # the rest of it starts the next example
+            k = n if n <= piece else max(1, piece - sum(cur))
+            cur.append(k)
+            pos, n = pos + k, n - k
+            if sum(cur) >= target or n > 0:
+                emit()
+    if cur:
+        emit()
+    return np.array(out, dtype=np.int64).reshape(-1, 4)
+
+
+def _uniforms(rng, block=65536):
+    """An endless stream of U(0, 1) floats drawn in blocks: one numpy call per draw would cost
+    more than the rest of build_examples' loop."""
+    while True:
+        yield from rng.random(block).tolist()
+
+
 class PretrainingData:
-    """Packed [CLS] + 126 tokens + [SEP] windows of a prepared split, in a shuffled order that
-    is a pure function of (seed, epoch), so the data position is just two integers (epoch,
-    batch) - saved in every checkpoint, which makes --resume exact."""
+    """The examples of a prepared split ([CLS] A [SEP] B [SEP], padded to seq_len), in a
+    shuffled order that is a pure function of (seed, epoch), so the data position is just two
+    integers (epoch, batch) - saved in every checkpoint, which makes --resume exact."""
 
     def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1):
         self.dir = Path(data_dir)
         self.meta = load_meta(self.dir)
-        self.tokens = np.memmap(self.dir / f"{split}.bin", dtype=np.uint16, mode="r")
-        self.window = seq_len - 2                          # room for [CLS] and [SEP]
-        self.n_seqs = len(self.tokens) // self.window
+        self.tokens, lengths = load_split(self.dir, split, self.meta)
+        self.examples = build_examples(lengths, seq_len, seed)
+        self.n_seqs, self.seq_len = len(self.examples), seq_len
         if self.n_seqs < batch_size:
-            raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} sequences of "
+            raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} examples of up to "
                             f"{seq_len} tokens, fewer than one batch of {batch_size}: "
                             "prepare more text or lower --batch_size")
         # With N processes (torchrun) each rank reads its own 1/N slice of every global batch.
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
         self.local = batch_size // world
-        self.cls, self.sep = self.meta["cls_id"], self.meta["sep_id"]
+        self.cls, self.sep, self.pad = self.meta["cls_id"], self.meta["sep_id"], self.meta["pad_id"]
         self.epoch, self.batch = 0, 0
         self._order_epoch, self._order = None, None
 
@@ -118,9 +199,13 @@ class PretrainingData:
         return self.n_seqs // self.batch_size
 
     def state_dict(self):
-        return {"epoch": self.epoch, "batch": self.batch}
+        return {"epoch": self.epoch, "batch": self.batch, "format": FORMAT}
 
     def load_state_dict(self, state):
+        if state.get("format") != FORMAT:
+            raise DataError("the checkpoint's data position refers to the older data layout "
+                            "(one packed stream); resuming it would not continue where it "
+                            "stopped: start a new run with this version")
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
 
     def mask_generator(self):
@@ -132,19 +217,28 @@ class PretrainingData:
         return g
 
     def next_batch(self):
-        """(B / world, seq_len) int64 token ids, [CLS] + window + [SEP]; advances the position."""
+        """The next (B / world) examples as int64 tensors of shape (B / world, seq_len):
+        x ([CLS] A [SEP] B [SEP] [PAD]...), segment_ids (0 for [CLS] A [SEP], 1 for B [SEP]) and
+        pad_mask (True on real tokens); advances the position. The shape never changes, so a
+        GPU sees static shapes; padding is excluded by pad_mask from attention, masking and
+        L_Disc."""
         if self._order_epoch != self.epoch:
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
         first = self.batch * self.batch_size + self.rank * self.local
-        idx = self._order[first:first + self.local]
-        starts = idx[:, None] * self.window + np.arange(self.window)[None, :]
-        x = np.empty((len(idx), self.window + 2), dtype=np.int64)
-        x[:, 0], x[:, -1], x[:, 1:-1] = self.cls, self.sep, self.tokens[starts]
+        rows = self.examples[self._order[first:first + self.local]]
+        x = np.full((len(rows), self.seq_len), self.pad, dtype=np.int64)
+        seg = np.zeros_like(x)
+        for r, (a0, a, b0, b) in enumerate(rows.tolist()):
+            x[r, 0], x[r, 1:1 + a], x[r, 1 + a] = self.cls, self.tokens[a0:a0 + a], self.sep
+            if b:                                   # segment B and its [SEP]
+                x[r, 2 + a:2 + a + b], x[r, 2 + a + b] = self.tokens[b0:b0 + b], self.sep
+                seg[r, 2 + a:3 + a + b] = 1
         self.batch += 1
         if self.batch >= self.batches_per_epoch():
             self.epoch, self.batch = self.epoch + 1, 0
-        return torch.from_numpy(x)
+        x = torch.from_numpy(x)
+        return dict(x=x, segment_ids=torch.from_numpy(seg), pad_mask=x != self.pad)
 
 
 class Prefetcher:
@@ -193,6 +287,35 @@ def load_meta(data_dir):
         raise DataError(f"{data_dir} is not a prepared data folder (no valid meta.json): "
                         "run `python data.py --corpus FILES --name NAME` first") from None
     return meta
+
+
+def load_split(data_dir, split, meta):
+    """A split's token stream (uint16 memmap) and sentence lengths, checked against each other
+    and against the vocabulary, so a damaged folder fails here with a clear line rather than
+    later with an index error or silently wrong batches."""
+    bin_path, len_path = Path(data_dir) / f"{split}.bin", Path(data_dir) / f"{split}.sent.bin"
+    redo = "prepare it again with `python data.py --corpus FILES --name NAME`"
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{data_dir} was prepared by an older version of data.py (no sentence "
+                        f"boundaries, which two-segment examples need): {redo}")
+    for path in (bin_path, len_path):
+        if not path.is_file():
+            raise DataError(f"{path} is missing: {redo}")
+    if bin_path.stat().st_size % 2 or len_path.stat().st_size % 4:
+        raise DataError(f"{bin_path.parent}: {split}.bin or {split}.sent.bin is not a whole "
+                        f"number of entries (truncated copy?): {redo}")
+    if bin_path.stat().st_size == 0:
+        raise DataError(f"{bin_path} is empty: {redo} with more text")
+    tokens = np.memmap(bin_path, dtype=np.uint16, mode="r")
+    lengths = np.fromfile(len_path, dtype=np.uint32)
+    if int(lengths.sum(dtype=np.int64)) != len(tokens):
+        raise DataError(f"{bin_path.parent}: {split}.sent.bin does not match {split}.bin "
+                        f"(files from different preparations?): {redo}")
+    top = int(tokens.max())
+    if top >= meta["vocab_size"]:
+        raise DataError(f"{bin_path} holds token id {top}, outside the vocabulary of "
+                        f"{meta['vocab_size']} in meta.json: {redo}")
+    return tokens, lengths
 
 
 def load_tokenizer(data_dir):
@@ -338,18 +461,39 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         log(f"BPE trained in {time.time() - t0:.0f}s: vocabulary {tok.vocab_size}")
         assert tok.vocab_size <= 65536, "uint16 memmaps need a vocabulary below 65536"
 
+        # Each split is a token stream (split.bin, uint16) plus the token count of every
+        # sentence in it, 0 after each document (split.sent.bin, uint32): build_examples cuts
+        # two-segment examples at those boundaries when training starts.
         counts = {"train": 0, "val": 0}
         files = {s: open(tmp / f"{s}.bin", "wb") for s in counts}
-        n_docs, n_chars, t0 = 0, 0, time.time()
+        sent_files = {s: open(tmp / f"{s}.sent.bin", "wb") for s in counts}
+        n_docs, n_chars, n_sents, t0 = 0, 0, 0, time.time()
+
+        # Sentence boundaries in token space. Encoding every sentence on its own would cost a
+        # thread-pool round trip per sentence (slower than the tokenizing itself), so whole
+        # documents are encoded and each sentence's end is found by its *byte* offset: the
+        # tokens' bytes concatenate to the document's UTF-8, and BPE never merges across the
+        # whitespace where split_sentences cuts, so every sentence end is a token end.
+        token_bytes = np.array([len(r) for r in tok.ranks] + [0] * len(tok.special_ids))
 
         def flush(chunk):
-            nonlocal n_docs, n_chars
-            for ids in tok.encode_batch(chunk, num_threads=threads):
+            nonlocal n_docs, n_chars, n_sents
+            for doc, ids in zip(chunk, tok.encode_batch(chunk, num_threads=threads)):
                 split = "val" if n_docs % val_every == val_every - 1 else "train"
-                arr = np.array(ids + [tok.sep_id], dtype=np.uint16)   # [SEP] ends a document
-                arr.tofile(files[split])
-                counts[split] += len(arr)
-                n_docs += 1
+                ids = np.array(ids, dtype=np.uint16)
+                # the document as sentences that concatenate back to it ("\n" ends a line's
+                # last sentence), their UTF-8 end offsets, and the token count up to each
+                lines = doc.split("\n")
+                sents = [t for i, line in enumerate(lines)
+                         for t in split_sentences(line + ("\n" if i < len(lines) - 1 else ""))]
+                ends_b = np.cumsum([len(t.encode("utf-8")) for t in sents])
+                ends_t = np.searchsorted(np.cumsum(token_bytes[ids]), ends_b) + 1
+                lens = np.diff(np.minimum(ends_t, len(ids)), prepend=0)
+                lens = np.append(lens[lens > 0], 0).astype(np.uint32)   # 0: end of document
+                ids.tofile(files[split])
+                lens.tofile(sent_files[split])
+                counts[split] += len(ids)
+                n_docs, n_sents = n_docs + 1, n_sents + len(lens) - 1
             n_chars += sum(map(len, chunk))
             rate = n_chars / 1e6 / max(time.time() - t0, 1e-9)
             log(f"\rtokenized {n_docs:,} documents, {n_chars / 1e6:,.1f} MB, "
@@ -364,17 +508,16 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         if chunk:
             flush(chunk)
         log("")
-        for f in files.values():
+        for f in (*files.values(), *sent_files.values()):
             f.close()
         if counts["val"] == 0:          # under `val_every` documents: hold out train's tail
-            train = np.fromfile(tmp / "train.bin", dtype=np.uint16)
-            n_val = max(len(train) // val_every, min(len(train) // 2, 4096))
-            train[-n_val:].tofile(tmp / "val.bin")
-            train[:-n_val].tofile(tmp / "train.bin")
-            counts = {"train": len(train) - n_val, "val": n_val}
-        meta = dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, cls_id=tok.cls_id,
-                    sep_id=tok.sep_id, mask_id=tok.mask_id, train_tokens=counts["train"],
-                    val_tokens=counts["val"], documents=n_docs, source=source)
+            counts = _hold_out_tail(tmp, val_every)
+        if counts["train"] == 0:
+            raise DataError("the corpus holds no text (only blank lines?)")
+        meta = dict(format=FORMAT, vocab_size=tok.vocab_size, pad_id=tok.pad_id,
+                    cls_id=tok.cls_id, sep_id=tok.sep_id, mask_id=tok.mask_id,
+                    train_tokens=counts["train"], val_tokens=counts["val"], documents=n_docs,
+                    sentences=n_sents, source=source)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -382,6 +525,24 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         return meta
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _hold_out_tail(folder, val_every):
+    """Move the last sentences of train (about 1/val_every of its tokens, at least 4096 or
+    half) into val, for corpora with fewer documents than `val_every`."""
+    tokens = np.fromfile(folder / "train.bin", dtype=np.uint16)
+    lens = np.fromfile(folder / "train.sent.bin", dtype=np.uint32)
+    want = max(len(tokens) // val_every, min(len(tokens) // 2, 4096))
+    ends = np.cumsum(lens[::-1], dtype=np.int64)            # tokens in the last j+1 entries
+    j = min(int(np.searchsorted(ends, want)) + 1, len(lens) - 1)
+    cut = len(lens) - j                                     # first entry that goes to val
+    n_train = int(lens[:cut].sum(dtype=np.int64))
+    tokens[:n_train].tofile(folder / "train.bin")
+    tokens[n_train:].tofile(folder / "val.bin")
+    train_lens = lens[:cut] if lens[cut - 1] == 0 else np.append(lens[:cut], 0)  # close the doc
+    train_lens.astype(np.uint32).tofile(folder / "train.sent.bin")
+    lens[cut:].tofile(folder / "val.sent.bin")
+    return {"train": n_train, "val": len(tokens) - n_train}
 
 
 def _chain(first, rest):

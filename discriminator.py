@@ -33,14 +33,15 @@ class Discriminator(nn.Module):
         self.encoder = Encoder(cfg, embeddings.token.embedding_dim)
         self.head_dense = nn.Linear(cfg.hidden, cfg.hidden)
         self.head_out = nn.Linear(cfg.hidden, 1)
+        self.head_out.glorot = True              # official: a bare tf.layers.dense (init_weights)
 
     def hidden(self, x, pad_mask=None, segment_ids=None):
         """h_D(x), (B, T, hidden). Fine-tuning reads the [CLS] vector h_D(x)_0 from here."""
         return self.encoder(self.embeddings(x, segment_ids), pad_mask)
 
-    def forward(self, x_corrupt, pad_mask=None):
+    def forward(self, x_corrupt, pad_mask=None, segment_ids=None):
         """Per-token logits of "replaced" for x_corrupt: (B, T); D(x, t) = 1 - sigmoid(logit)."""
-        h = self.hidden(x_corrupt, pad_mask)
+        h = self.hidden(x_corrupt, pad_mask, segment_ids)
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 
 

@@ -2,7 +2,7 @@
 
 Paper §2 (the objective: objectives.py), §3.3 (small models), Appendix A / Table 6 (the
 hyperparameters: config.py), Appendix E (FLOPs: flops.py). The loop itself is plain PyTorch:
-AdamW, gradient clipping at 1.0, warm-up then linear decay.
+Adam without bias correction (optim.py), gradient clipping at 1.0, warm-up then linear decay.
 
     python electra_small.py --hours 6                  # the demo corpus, prepared on first use
     python electra_small.py --data data/wiki00 --max_steps 1000000    # the paper's full run
@@ -34,18 +34,15 @@ from device import DeviceError, pick_device, pick_precision
 from distributed import Dist
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from objectives import build_model
+from optim import decay_groups, make_adam
 
 
 def make_optimizer(model, cfg, device):
-    """AdamW (Table 6: ε 1e-6, weight decay 0.01). Biases and LayerNorm parameters are not
-    decayed, as in BERT: shrinking them toward 0 has no regularising meaning."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
-                             fused=device.type == "cuda")
+    """Adam with decoupled weight decay (Table 6: ε 1e-6, weight decay 0.01; biases and
+    LayerNorm not decayed). cfg.optimizer "official" is the paper's rule without bias
+    correction (optim.py explains why that matters); "torch" is torch.optim.AdamW."""
+    return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
+                     cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
 
 
 def count_params(model, cfg):
@@ -155,11 +152,12 @@ class Trainer:
     # -- one step ----------------------------------------------------------------------------
     def make_batch(self):
         """The next batch, masked on the CPU, and the data position after it."""
-        x = self.data.next_batch()
-        batch = mask_tokens(x, self.special, self.data.meta["mask_id"], self.cfg.n_slots,
-                            self.cfg.mask_prob, n_random=self.data.meta["vocab_size"] - 4,
-                            generator=self.data.mask_generator(), **self.mask_kw)
-        return dict(x=x, **batch), self.data.state_dict()
+        batch = self.data.next_batch()                     # x, segment_ids, pad_mask
+        masked = mask_tokens(batch["x"], self.special, self.data.meta["mask_id"],
+                             self.cfg.n_slots, self.cfg.mask_prob,
+                             n_random=self.data.meta["vocab_size"] - 4,
+                             generator=self.data.mask_generator(), **self.mask_kw)
+        return dict(**batch, **masked), self.data.state_dict()
 
     def train_step(self, batch, lr):
         try:
@@ -240,7 +238,8 @@ class Trainer:
         """Read the accumulated statistics back from the device (the only host sync)."""
         s = {k: v.float().cpu() for k, v in sums.items()}
         w = self.dist.world
-        ratio = lambda k: (s[k][0] / s[k][1].clamp(min=1)).item() if k in s else None
+        # None where the denominator is 0 (e.g. precision while D flags nothing): undefined
+        ratio = lambda k: (s[k][0] / s[k][1]).item() if k in s and s[k][1] > 0 else None
         tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
         mfu = hardware_flops_per_step(self.cfg, self.stage) * steps / dt / peak if peak else None
         left = self.args.hours * 3600 - self.elapsed if self.args.hours else \
@@ -248,7 +247,8 @@ class Trainer:
         return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps / w).item(),
                     disc_loss=(s["disc_loss"] / steps / w).item() if "disc_loss" in s else None,
                     gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
-                    disc_acc_replaced=ratio("replaced_correct"), tokens_per_s=tok_s, mfu=mfu,
+                    disc_acc_replaced=ratio("replaced_correct"),
+                    disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
                     flops=self.flops, elapsed_s=self.elapsed, eta_s=max(0.0, left),
                     lr=self.lr(), model=self.cfg.model,
                     objective="mlm" if self.cfg.model == "bert" else self.cfg.objective)
@@ -257,8 +257,9 @@ class Trainer:
     def progress_line(r):
         pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
         disc = "" if r["disc_loss"] is None else \
-            f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} " \
-            f"(replaced {pct(r['disc_acc_replaced'])})"
+            f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} | replaced: " \
+            f"recall {pct(r['disc_acc_replaced'])} precision " \
+            f"{pct(r.get('disc_precision_replaced'))}"
         eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
             f"{r['eta_s'] / 86400:.1f}d"
         return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}"
@@ -289,6 +290,10 @@ def parse_args(argv=None):
                     help="G alone for half the budget, then D from G with G frozen")
     ab.add_argument("--disc_weight", type=float, default=None, help="λ (50)")
     p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (Table 6: 5e-4)")
+    p.add_argument("--optimizer", choices=["official", "torch"], default=None,
+                   help="official: Adam without bias correction, as the paper (default); "
+                        "torch: torch.optim.AdamW")
     p.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
     p.add_argument("--ckpt_every_min", type=float, default=15.0, help="periodic checkpoint")
     p.add_argument("--save_every", type=int, default=0, help="also checkpoint every N steps")
@@ -300,8 +305,8 @@ def parse_args(argv=None):
 
 
 # Config fields the command line may set (the rest come from Table 6 or --size).
-CLI_CONFIG = ("model", "batch_size", "objective", "generator", "gen_size", "two_stage",
-              "disc_weight")
+CLI_CONFIG = ("model", "batch_size", "lr", "optimizer", "objective", "generator", "gen_size",
+              "two_stage", "disc_weight")
 
 
 def config_from_args(args, meta):
@@ -309,8 +314,8 @@ def config_from_args(args, meta):
     for name in CLI_CONFIG:
         if getattr(args, name) is not None:
             over[name] = getattr(args, name)
-    if over.get("gen_size", 1) <= 0 or over.get("disc_weight", 1) < 0:
-        raise DataError("--gen_size must be positive and --disc_weight non-negative")
+    if over.get("gen_size", 1) <= 0 or over.get("disc_weight", 1) < 0 or over.get("lr", 1) <= 0:
+        raise DataError("--gen_size and --lr must be positive and --disc_weight non-negative")
     cfg = replace(Config(), vocab_size=meta["vocab_size"], **over)
     if cfg.model == "bert":
         cfg = replace(cfg, train_steps=1_450_000)           # Table 6: 1.45M, for equal FLOPs

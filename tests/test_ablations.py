@@ -27,7 +27,7 @@ def batch(cfg, B=3, seed=0):
 def leaf_logits(model, b):
     """Replace D by a leaf tensor of logits, to see which positions the loss reads."""
     logits = torch.randn(b["x"].shape, requires_grad=True)
-    model.discriminator.forward = lambda x_corrupt, pad_mask=None: logits
+    model.discriminator.forward = lambda x_corrupt, pad_mask=None, segment_ids=None: logits
     return logits
 
 
@@ -52,9 +52,9 @@ def test_replace_mlm_sees_samples_not_mask_tokens():
     with torch.no_grad():               # an untrained G could sample the id of [MASK] itself
         model.generator.head.bias[MASK] = -1e4
     seen, inner = {}, model.discriminator.forward
-    def spy(x_in, positions, pad_mask=None):
+    def spy(x_in, positions, pad_mask=None, segment_ids=None):
         seen["x"] = x_in
-        return inner(x_in, positions, pad_mask)
+        return inner(x_in, positions, pad_mask, segment_ids)
     model.discriminator.forward = spy
     loss, stats = model(**b)
     assert (b["x_masked"] == MASK).any() and not (seen["x"] == MASK).any()
@@ -77,8 +77,8 @@ def test_copy_mechanism_is_a_distribution_and_the_loss_uses_it():
     model, b = build_model(cfg).eval(), batch(cfg)
     captured = {}
     inner = model.discriminator.forward_all
-    def spy(x_in, pad_mask=None):
-        captured["x_in"], captured["out"] = x_in, inner(x_in, pad_mask)
+    def spy(x_in, pad_mask=None, segment_ids=None):
+        captured["x_in"], captured["out"] = x_in, inner(x_in, pad_mask, segment_ids)
         return captured["out"]
     model.discriminator.forward_all = spy
     torch.manual_seed(1)

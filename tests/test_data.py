@@ -11,45 +11,144 @@ from conftest import CORPUS, run_cli
 from tokenizer import Tokenizer
 
 
+def split_stream(data_dir, split="train"):
+    """The prepared split as documents, each a list of sentences (token id arrays)."""
+    tokens = np.memmap(data_dir / f"{split}.bin", dtype=np.uint16, mode="r")
+    lens = np.fromfile(data_dir / f"{split}.sent.bin", dtype=np.uint32)
+    docs, doc, pos = [], [], 0
+    for n in lens.tolist():
+        if n == 0:
+            docs.append(doc)
+            doc = []
+        else:
+            doc.append(np.array(tokens[pos:pos + n]))
+            pos += n
+    return docs
+
+
 def test_prepared_folder_layout_and_round_trip(data_dir, corpus_file):
     meta = json.loads((data_dir / "meta.json").read_text())
     tok = Tokenizer.load(data_dir / "tokenizer.tiktoken")
-    assert meta["vocab_size"] == tok.vocab_size <= 1000
+    assert meta["vocab_size"] == tok.vocab_size <= 1000 and meta["format"] == data.FORMAT
     assert (meta["cls_id"], meta["sep_id"], meta["mask_id"]) == (tok.cls_id, tok.sep_id, tok.mask_id)
     train = np.memmap(data_dir / "train.bin", dtype=np.uint16, mode="r")
     val = np.memmap(data_dir / "val.bin", dtype=np.uint16, mode="r")
     assert len(train) == meta["train_tokens"] and len(val) == meta["val_tokens"] > 0
-    # the stream decodes back to the documents, with [SEP] between them
+    # the documents come back from the stream: their sentences concatenate to them exactly,
+    # and no sentence holds a special token
+    # (this small corpus has fewer documents than val_every, so val is train's tail: the
+    # last document may be cut in two there)
     docs = list(data.read_documents(corpus_file))
-    stream = np.concatenate([train, val])
-    assert (stream == tok.sep_id).sum() == len(docs)
-    first = tok.decode(train[:np.argmax(train == tok.sep_id)].tolist())
-    assert first == docs[0]
+    got = split_stream(data_dir, "train") + split_stream(data_dir, "val")
+    assert meta["documents"] == len(docs) and len(got) in (len(docs), len(docs) + 1)
+    assert tok.decode(np.concatenate(got[0]).tolist()) == docs[0]
+    assert tok.decode(np.concatenate([s for d in got for s in d]).tolist()) == "".join(docs)
+    assert sum(len(d) for d in got) == meta["sentences"] > 2 * len(docs)
+    assert all(tok.decode(s.tolist()).strip() for d in got[:50] for s in d)
+    assert int(train.max()) < tok.pad_id
 
 
-def test_batches_are_cls_window_sep_and_resumable(data_dir):
-    d = data.PretrainingData(data_dir, "train", batch_size=4, seq_len=32, seed=1)
-    x = d.next_batch()
-    assert x.shape == (4, 32) and (x[:, 0] == d.cls).all() and (x[:, -1] == d.sep).all()
+def test_sentences_split_after_end_punctuation_only():
+    line = 'He left at 5 p.m. yesterday. "Why?" she asked. (It rained!) Then 3 went.'
+    parts = data.split_sentences(line)
+    assert "".join(parts) == line                          # nothing lost, spaces kept in front
+    assert parts == ["He left at 5 p.m. yesterday.", ' "Why?" she asked.', " (It rained!)",
+                     " Then 3 went."]
+
+
+def test_examples_follow_the_official_recipe():
+    # 3 documents of 40 sentences of 10 tokens: examples end at document ends, most have two
+    # segments cut at a sentence boundary, a few are single-segment or shorter than max_len
+    lens = np.array(([10] * 40 + [0]) * 3, dtype=np.uint32)
+    ex = data.build_examples(lens, max_len=64, seed=0)
+    doc_of = lambda pos: pos // 400
+    a0, a, b0, b = ex.T
+    assert (a >= 1).all() and (a + b + 2 + (b > 0) <= 64).all()
+    assert ((b0 == a0 + ((b0 - a0) // 10) * 10)).all()     # B starts at a sentence boundary
+    assert (doc_of(a0) == doc_of(np.maximum(a0, b0 + np.maximum(b, 1) - 1))).all()
+    assert 0.6 < (b > 0).mean() < 1.0                       # most have a segment B
+    # a sentence longer than max_len - 3 is cut into pieces instead of being dropped
+    ex = data.build_examples(np.array([500, 0], dtype=np.uint32), max_len=64, seed=0)
+    assert ex[:, 1].sum() + ex[:, 3].sum() >= 500 - 61 and len(ex) >= 8
+    # a pure function of (lengths, max_len, seed): what makes --resume exact
+    assert (data.build_examples(lens, 64, 1) == data.build_examples(lens, 64, 1)).all()
+
+
+def test_batches_have_segments_padding_and_resume(data_dir):
+    d = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
+    b = d.next_batch()
+    x, seg, pad = b["x"], b["segment_ids"], b["pad_mask"]
+    assert x.shape == seg.shape == pad.shape == (16, 64) and (x[:, 0] == d.cls).all()
+    assert ((x != d.pad) == pad).all()
+    for r in range(16):                    # [CLS] A [SEP] (B [SEP]) [PAD]...: segment ids 0/1
+        n = int(pad[r].sum())
+        assert (pad[r, :n]).all() and not pad[r, n:].any() and x[r, n - 1] == d.sep
+        s = seg[r, :n]
+        assert s[0] == 0 and (s[1:] >= s[:-1]).all() and not seg[r, n:].any()
+        assert (x[r, :n] == d.sep).sum() == 1 + int(s.any())
     state = d.state_dict()
     following = [d.next_batch() for _ in range(3)]
-    d2 = data.PretrainingData(data_dir, "train", batch_size=4, seq_len=32, seed=1)
+    d2 = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
     d2.load_state_dict(state)
-    assert all((a == b).all() for a, b in zip(following, [d2.next_batch() for _ in range(3)]))
-    # every window is a real slice of the stream
-    tokens = np.memmap(data_dir / "train.bin", dtype=np.uint16, mode="r")
-    w = x[0, 1:-1].numpy()
-    starts = np.flatnonzero(tokens[: len(tokens) - 30] == w[0])
-    assert any((tokens[s:s + 30] == w).all() for s in starts)
+    assert all(all((a[k] == c[k]).all() for k in a) for a, c in
+               zip(following, [d2.next_batch() for _ in range(3)]))
 
 
-def test_epochs_reshuffle_and_cover_every_window(data_dir):
+def test_masking_never_picks_padding_and_padding_is_not_scored(data_dir):
+    import torch
+    from config import SIZES, Config
+    from dataclasses import replace
+    from objectives import build_model
+    d = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=2)
+    b = d.next_batch()
+    b["pad_mask"][:, 40:] = False                        # force padding into every row
+    b["x"] = b["x"].masked_fill(~b["pad_mask"], d.pad)
+    m = data.mask_tokens(b["x"], (d.pad, d.cls, d.sep), d.meta["mask_id"], 10,
+                         generator=torch.Generator().manual_seed(0))
+    used = m["positions"][m["weights"] > 0]
+    assert (used < 40).all()
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=d.meta["vocab_size"])
+    model = build_model(cfg)
+    torch.manual_seed(0)
+    _, s1 = model(**b, **m)
+    # changing what sits under the padding changes nothing: it is neither read nor scored
+    b2 = dict(b, x=b["x"].masked_fill(~b["pad_mask"], 7))
+    m2 = dict(m, x_masked=m["x_masked"].masked_fill(~b["pad_mask"], 7))
+    torch.manual_seed(0)
+    _, s2 = model.eval()(**b2, **m2) if False else model(**b2, **m2)
+    assert torch.allclose(s1["disc_loss"], s2["disc_loss"], atol=1e-5)
+    assert s1["disc_correct"][1] == b["pad_mask"].sum()
+
+
+def test_epochs_reshuffle(data_dir):
     d = data.PretrainingData(data_dir, "train", batch_size=8, seq_len=64, seed=0)
     n = d.batches_per_epoch()
-    first = [d.next_batch()[:, 1].tolist() for _ in range(n)]
-    assert d.state_dict() == {"epoch": 1, "batch": 0}
-    second = [d.next_batch()[:, 1].tolist() for _ in range(n)]
+    first = [d.next_batch()["x"][:, 1].tolist() for _ in range(n)]
+    assert d.state_dict()["epoch"] == 1 and d.state_dict()["batch"] == 0
+    second = [d.next_batch()["x"][:, 1].tolist() for _ in range(n)]
     assert first != second
+
+
+def test_damaged_folders_fail_with_one_clear_line(data_dir, tmp_path):
+    import shutil
+    def copy():
+        dst = tmp_path / f"d{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(data_dir, dst)
+        return dst
+    bad = copy(); (bad / "train.bin").unlink()
+    with pytest.raises(data.DataError, match="train.bin is missing"):
+        data.PretrainingData(bad, "train", 4, 64)
+    bad = copy(); (bad / "train.bin").write_bytes((bad / "train.bin").read_bytes()[:-1])
+    with pytest.raises(data.DataError, match="not a whole number"):
+        data.PretrainingData(bad, "train", 4, 64)
+    bad = copy(); t = np.fromfile(bad / "train.bin", dtype=np.uint16); t[5] = 60000
+    t.tofile(bad / "train.bin")
+    with pytest.raises(data.DataError, match="outside the vocabulary"):
+        data.PretrainingData(bad, "train", 4, 64)
+    bad = copy(); meta = json.loads((bad / "meta.json").read_text()); del meta["format"]
+    (bad / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(data.DataError, match="older version"):
+        data.PretrainingData(bad, "train", 4, 64)
 
 
 def test_reads_txt_gz_xz_jsonl_and_folders(tmp_path):
