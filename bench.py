@@ -82,11 +82,13 @@ class HFElectra(nn.Module):
         self.attn = self.generator.config._attn_implementation or attn
         self.disc_weight = cfg.disc_weight
 
-    def forward(self, x, x_masked, positions, targets, weights):
+    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
         # HF's MLM loss: labels -100 (ignored) everywhere but the used mask slots.
         labels = torch.where(weights > 0, targets, -100)
         labels = torch.full_like(x, -100).scatter(1, positions, labels)
-        g = self.generator(input_ids=x_masked, labels=labels)
+        inp = dict(attention_mask=None if pad_mask is None else pad_mask.long(),
+                   token_type_ids=segment_ids)
+        g = self.generator(input_ids=x_masked, labels=labels, **inp)
         with torch.no_grad():                   # Gumbel-max sample at the mask slots; no grad
             V = g.logits.shape[-1]
             logits = torch.gather(g.logits, 1, positions[..., None].expand(-1, -1, V))
@@ -94,10 +96,16 @@ class HFElectra(nn.Module):
             x_hat = (logits.float() - torch.log(-torch.log(u))).argmax(-1)
             x_corrupt = x.scatter(1, positions, torch.where(weights > 0, x_hat, targets))
             is_replaced = (x_corrupt != x).long()    # a sample equal to the original is "real"
-        d = self.discriminator(input_ids=x_corrupt, labels=is_replaced)
+        # HF averages L_Disc over attention_mask's real tokens, as ours over pad_mask's
+        d = self.discriminator(input_ids=x_corrupt, labels=is_replaced, **inp)
         loss = g.loss + self.disc_weight * d.loss
+        with torch.no_grad():                   # D's recall / precision on replaced tokens
+            real = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
+            flagged, rep = (d.logits > 0) & real, is_replaced.bool()
+            caught = (flagged & rep).float().sum()
         return loss, dict(mlm_loss=g.loss, disc_loss=d.loss, x_corrupt=x_corrupt,
-                          is_replaced=is_replaced)
+                          is_replaced=is_replaced, replaced_correct=(caught, rep.float().sum()),
+                          replaced_flagged=(caught, flagged.float().sum()))
 
 
 def make_batches(cfg, n=4, seed=0):

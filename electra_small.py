@@ -119,6 +119,8 @@ class Trainer:
         """Fraction of the budget used: of wall-clock time with --hours, else of steps."""
         if self.args.hours:
             return self.elapsed / (self.args.hours * 3600)
+        if self.args.flops:                 # Table 1's question: what does this compute buy?
+            return self.flops / self.args.flops
         return self.step / self.args.max_steps
 
     def lr(self):
@@ -142,7 +144,8 @@ class Trainer:
                     optimizer=self.opt.state_dict(), step=self.step, flops=self.flops,
                     elapsed_s=self.elapsed, rng=rng_state(), data=self.data_state,
                     tokenizer=self.tokenizer.to_text(), saved_fractions=self.saved_fractions,
-                    budget=dict(hours=self.args.hours, max_steps=self.args.max_steps),
+                    budget=dict(hours=self.args.hours, max_steps=self.args.max_steps,
+                                flops=self.args.flops),
                     seed=self.args.seed, device=str(self.device), world=self.dist.world)
 
     def save(self, name="ckpt.pt"):
@@ -242,8 +245,12 @@ class Trainer:
         ratio = lambda k: (s[k][0] / s[k][1]).item() if k in s and s[k][1] > 0 else None
         tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
         mfu = hardware_flops_per_step(self.cfg, self.stage) * steps / dt / peak if peak else None
-        left = self.args.hours * 3600 - self.elapsed if self.args.hours else \
-            (self.args.max_steps - self.step) * dt / steps
+        if self.args.hours:
+            left = self.args.hours * 3600 - self.elapsed
+        elif self.args.flops:
+            left = (self.args.flops - self.flops) / self.flops_per_step * dt / steps
+        else:
+            left = (self.args.max_steps - self.step) * dt / steps
         return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps / w).item(),
                     disc_loss=(s["disc_loss"] / steps / w).item() if "disc_loss" in s else None,
                     gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
@@ -272,6 +279,8 @@ def parse_args(argv=None):
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--hours", type=float, help="wall-clock budget; LR schedule spans it")
     budget.add_argument("--max_steps", type=int, help="step budget (default: Table 6's steps)")
+    budget.add_argument("--flops", type=float, help="compute budget in training FLOPs (the "
+                        "paper's count, Appendix E): equal-compute comparisons as Table 1")
     p.add_argument("--data", help="prepared data folder (default: the demo corpus)")
     p.add_argument("--out_dir", default="out", help="checkpoints and log.jsonl go here")
     p.add_argument("--resume", action="store_true", help="continue from out_dir/ckpt.pt")
@@ -340,6 +349,8 @@ def check_args(args):
         raise DataError(f"--hours {args.hours}: must be a positive number of hours")
     if args.max_steps is not None and args.max_steps <= 0:
         raise DataError(f"--max_steps {args.max_steps}: must be a positive number of steps")
+    if args.flops is not None and not (args.flops > 0 and math.isfinite(args.flops)):
+        raise DataError(f"--flops {args.flops}: must be a positive number of FLOPs, e.g. 1e14")
     try:
         args.save_at = sorted({float(f) for f in args.save_at.split(",") if f.strip()})
     except ValueError:
@@ -366,8 +377,9 @@ def _main(args, dist):
                 config_from_args(args, {"vocab_size": cfg.vocab_size}).to_dict() != cfg.to_dict():
             raise CheckpointError(f"{ckpt_path} was trained with a different config; resume "
                                   "without changing --model, --size or the ablation flags")
-        if args.hours is None and args.max_steps is None:       # keep the checkpoint's budget
-            args.hours, args.max_steps = resume["budget"]["hours"], resume["budget"]["max_steps"]
+        if args.hours is None and args.max_steps is None and args.flops is None:
+            b = resume["budget"]                                # keep the checkpoint's budget
+            args.hours, args.max_steps, args.flops = b["hours"], b["max_steps"], b.get("flops")
         args.seed = resume["seed"]
     elif ckpt_path.exists():
         raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
@@ -385,7 +397,7 @@ def _main(args, dist):
                               f"{data_dir}'s; resume with the same --data")
     if cfg.batch_size % dist.world:
         raise DataError(f"batch size {cfg.batch_size} does not split over {dist.world} processes")
-    if args.hours is None and args.max_steps is None:
+    if args.hours is None and args.max_steps is None and args.flops is None:
         args.max_steps = cfg.train_steps
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)        # initial weights; a resume restores the RNG state later
@@ -397,7 +409,8 @@ def _main(args, dist):
         f" | device {device} x {dist.world} | data {data_dir} ({meta['train_tokens']:,} tokens)")
     if resume is not None:
         say(f"resuming at step {trainer.step} ({trainer.elapsed / 3600:.2f} h done)")
-    budget = f"{args.hours:g} h" if args.hours else f"{args.max_steps:,} steps"
+    budget = f"{args.hours:g} h" if args.hours else f"{args.flops:.3g} FLOPs" if args.flops \
+        else f"{args.max_steps:,} steps"
     say(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
     # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
