@@ -64,6 +64,16 @@ class Config:
 # of the depth, batch 32 - about 30x less compute per step, for real-text experiments on a
 # CPU. "tiny": for tests and smoke runs only (~1000x less compute).
 SIZES = {"small": {},
+         # "laptop": the recipe for watching D learn on 2 CPU cores (README: "Why small runs
+         # sit on a plateau"): 2 blocks of 128, G 1/4 of that, 32-token sequences in batches
+         # of 128 (short sequences let G and D find their neighbours sooner; positions 32+ stay
+         # untrained), lr 2e-3 with 2 % warm-up, no dropout (a run this short underfits), and
+         # torch's AdamW: without bias correction the first ~1000 steps are several times
+         # larger (optim.py), which the paper's 10k warm-up steps absorb but a 30-step warm-up
+         # does not - D's hidden states collapse to one vector and it never leaves the plateau.
+         # Pair it with a smaller vocabulary: `data.py --vocab_size 8192` halves the step time.
+         "laptop": dict(batch_size=128, seq_len=32, lr=2e-3, warmup_frac=0.02, optimizer="torch",
+                        disc=EncoderConfig(hidden=128, layers=2, heads=2, ffn=512, dropout=0.0)),
          "mini": dict(batch_size=32, disc=EncoderConfig(hidden=128, layers=4, heads=2, ffn=512)),
          "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
