@@ -74,6 +74,10 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     return stats
 
 
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite; the command line prints it as one line."""
+
+
 class Trainer:
     """The loop: sample a batch, mask it, one step of L_MLM + λ L_Disc, log, checkpoint."""
 
@@ -92,6 +96,7 @@ class Trainer:
         self.stage = 1 if cfg.two_stage else None
         self.flops_per_step = train_flops_per_step(cfg, self.stage)    # the paper's count
         self.step, self.flops, self.elapsed = 0, 0.0, 0.0
+        self.first_bad_step = None                          # see check_finite
         self.saved_fractions = []
         if resume_ckpt is not None:
             self.raw_model.load_state_dict(resume_ckpt["model"])
@@ -149,8 +154,25 @@ class Trainer:
                     seed=self.args.seed, device=str(self.device), world=self.dist.world)
 
     def save(self, name="ckpt.pt"):
+        """Write a checkpoint - never of a state that has seen a NaN loss, and never over the
+        previous one unless the new one is complete (checkpoint.py writes atomically)."""
+        self.check_finite()
         if self.dist.main:
-            save_checkpoint(self.out / name, self.checkpoint_state())
+            try:
+                save_checkpoint(self.out / name, self.checkpoint_state())
+            except OSError as e:                 # disk full, permissions, folder removed ...
+                raise CheckpointError(f"could not write {self.out / name} ({e.strerror or e}); "
+                                      "the previous checkpoint is intact: free disk space and "
+                                      "continue with --resume") from None
+
+    def check_finite(self):
+        """Raise if any step so far had a NaN/inf loss. The flag lives on the device and is
+        read only here (at logging and checkpoint time), so no step waits for the host."""
+        if self.first_bad_step is not None and int(self.first_bad_step) > 0:
+            raise TrainingDiverged(
+                f"the loss became NaN or infinite at step {int(self.first_bad_step)}; stopped "
+                f"without saving, so {self.out / 'ckpt.pt'} still holds the last good state: "
+                "lower --lr (or check the data) and continue with --resume")
 
     # -- one step ----------------------------------------------------------------------------
     def make_batch(self):
@@ -195,6 +217,13 @@ class Trainer:
                 batch, data_state = fetch()
                 stats = self.train_step(batch, self.lr())
                 self.step += 1
+                # remember the first step whose loss is not finite (0: none so far)
+                bad = ~torch.isfinite(stats["mlm_loss"].detach())
+                if "disc_loss" in stats:
+                    bad |= ~torch.isfinite(stats["disc_loss"].detach())
+                first = torch.zeros((), dtype=torch.long, device=bad.device) \
+                    if self.first_bad_step is None else self.first_bad_step
+                self.first_bad_step = torch.where(bad & (first == 0), self.step, first)
                 self.flops += self.flops_per_step
                 self.data_state = data_state
                 now = elapsed0 + time.time() - t0
@@ -204,6 +233,7 @@ class Trainer:
                     v = torch.stack(v) if isinstance(v, tuple) else v.detach()
                     sums[k] = sums[k] + v if k in sums else v
                 if self.step % args.log_every == 0 or self.progress() >= 1.0:
+                    self.check_finite()
                     sums = {k: self.dist.sum(v.float()) for k, v in sums.items()}
                     rec = self.log_record(sums, interval_steps, time.time() - interval_start, peak)
                     if main:
@@ -336,7 +366,7 @@ def main(argv=None):
     dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
     try:
         return _main(args, dist)
-    except (DataError, CheckpointError, DeviceError) as e:
+    except (DataError, CheckpointError, DeviceError, TrainingDiverged) as e:
         if dist.main:
             print(f"error: {e}", file=sys.stderr)
         return 1
@@ -368,6 +398,8 @@ def _main(args, dist):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     say = print if dist.main else (lambda *a, **k: None)
     out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out_dir {out} is a file, not a folder: pick another --out_dir")
     ckpt_path = out / "ckpt.pt"
     resume = None
     if args.resume:

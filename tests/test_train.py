@@ -159,3 +159,55 @@ def test_default_command_builds_the_demo_corpus_offline(tmp_path):
     assert "DEMO corpus" in r.stdout + r.stderr
     meta = json.loads((tmp_path / "data" / "demo" / "meta.json").read_text())
     assert meta["vocab_size"] == 30522 and meta["train_tokens"] > 1_000_000
+
+
+def test_out_dir_that_is_a_file_is_one_line(data_dir, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("keep me")
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", f, *TINY, "--max_steps", "2")
+    assert one_error_line(r) and "is a file" in r.stderr, r.stderr
+    assert f.read_text() == "keep me"
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+    # an absurd learning rate makes the weights, then the loss, overflow within a few steps;
+    # checkpoints are due every 2 steps, so a NaN state would be saved if nothing checked
+    out = tmp_path / "o"
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps",
+                "60", "--log_every", "50", "--save_every", "2", "--lr", "1e30")
+    assert one_error_line(r) and "NaN or infinite at step" in r.stderr, r.stderr
+    step = int(r.stderr.split("at step ")[1].split(";")[0])
+    assert 1 <= step <= 60
+    assert not list(out.glob(".*tmp*"))
+    if step > 2:                                   # a checkpoint from before the NaN is kept
+        ckpt = load_checkpoint(out / "ckpt.pt")
+        assert ckpt["step"] < step
+        assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    else:
+        assert not (out / "ckpt.pt").exists()
+
+
+def test_disk_full_during_a_checkpoint_keeps_the_previous_one(data_dir, tmp_path, monkeypatch,
+                                                             capsys):
+    import errno
+    import electra_small
+    out = tmp_path / "o"
+    assert electra_small.main(["--data", str(data_dir), "--out_dir", str(out), *TINY,
+                               "--max_steps", "2"]) == 0
+    good = (out / "ckpt.pt").read_bytes()
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **k):                # half the bytes reach the disk, then ENOSPC
+        real_save(obj, f, *a, **k)
+        data = open(f, "rb").read()
+        open(f, "wb").write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(torch, "save", full_disk)
+    capsys.readouterr()
+    code = electra_small.main(["--data", str(data_dir), "--out_dir", str(out), "--resume",
+                               "--max_steps", "4", *TINY])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "No space left" in err[0] and "intact" in err[0], err
+    assert (out / "ckpt.pt").read_bytes() == good
+    assert not list(out.glob(".*tmp*"))
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 2
