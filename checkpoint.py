@@ -30,6 +30,17 @@ def save_checkpoint(path, state):
     atomic_write(path, lambda tmp: torch.save({"kind": KIND, "version": VERSION, **state}, tmp))
 
 
+def remove_stale_temporaries(folder):
+    """Delete the hidden `.NAME.tmp-PID` files that a writer killed mid-write (SIGKILL, power
+    loss) leaves beside its checkpoints. The checkpoints themselves are whole - the rename
+    never happened - so only the debris goes. Returns the names removed."""
+    removed = []
+    for f in Path(folder).glob(".*.pt.tmp-*"):
+        f.unlink(missing_ok=True)
+        removed.append(f.name)
+    return removed
+
+
 def load_checkpoint(path, map_location="cpu"):
     """Load and check a pre-training checkpoint, or raise CheckpointError with one clear line."""
     path = Path(path)

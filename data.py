@@ -1,10 +1,12 @@
-"""Data: corpus -> tokenizer -> packed 128-token sequences -> batches with dynamic masking.
+"""Data: corpus -> tokenizer -> two-segment 128-token examples -> batches with dynamic masking.
 
-Paper §2 and Appendix A. The ELECTRA input pipeline is BERT's, minus next-sentence prediction:
+Paper §2 and Appendix A. The ELECTRA input pipeline is BERT's, minus next-sentence prediction,
+as the official build_pretraining_dataset.py builds it:
   1. text is tokenized once and stored as one long stream of token ids (a uint16 memmap, as in
-     nanoGPT), with [SEP] between documents;
-  2. a training sequence is a window of 126 stream tokens wrapped as [CLS] ... [SEP] (Table 6:
-     sequence length 128). Packing full windows means no padding is ever computed;
+     nanoGPT), plus the length of every sentence and the end of every document;
+  2. an example is [CLS] A [SEP] B [SEP]: sentences of one document up to the target length
+     (Table 6: 128), cut into two segments at a sentence boundary (segment ids 0/1, which the
+     sentence-pair GLUE tasks use), padded where a document ends early (build_examples);
   3. masking is *dynamic* ("masked positions decided on-the-fly instead of during
      preprocessing", Appendix A): every time a sequence is used it gets fresh positions m.
 
@@ -17,7 +19,7 @@ slots weighted 0, so every tensor has a static shape - important for GPU speed.
 
 Command line (prepare a corpus once):
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
-writes data/wiki00/{train.bin, val.bin, tokenizer.tiktoken, meta.json}.
+writes data/wiki00/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
 """
 import argparse
 import gzip

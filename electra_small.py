@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries, rng_state
+from checkpoint import save_checkpoint, set_rng_state
 from config import SIZES, Config, lr_at
 from data import DATA_ROOT, DEMO_NAME, DataError, PretrainingData, Prefetcher, load_meta
 from data import load_tokenizer, mask_tokens, prepare_demo
@@ -432,6 +433,9 @@ def _main(args, dist):
     if args.hours is None and args.max_steps is None and args.flops is None:
         args.max_steps = cfg.train_steps
     out.mkdir(parents=True, exist_ok=True)
+    if dist.main:                       # debris of a checkpoint write that was killed
+        for name in remove_stale_temporaries(out):
+            say(f"removed {out / name}, left by a checkpoint write that was killed")
     torch.manual_seed(args.seed)        # initial weights; a resume restores the RNG state later
     trainer = Trainer(cfg, args, device, data_dir, resume, dist)
     g, d, shared, total = count_params(trainer.raw_model, cfg)
