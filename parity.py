@@ -65,8 +65,8 @@ def run(args):
             s = training_step(model, opts[name], dict(**batch, **masked), lr, cfg, device,
                               args.precision)
             acc = sums.setdefault(name, {"mlm": 0.0, "disc": 0.0, "caught": 0.0, "rep": 0.0})
-            acc["mlm"] += float(s["mlm_loss"])
-            acc["disc"] += float(s["disc_loss"])
+            acc["mlm"] += float(s["mlm_loss"].detach())
+            acc["disc"] += float(s["disc_loss"].detach())
             acc["caught"] += float(s["replaced_correct"][0])
             acc["rep"] += float(s["replaced_correct"][1])
         if step % args.log_every == 0 or step == args.steps:
