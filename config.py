@@ -76,7 +76,6 @@ SIZES = {"small": {},
                         disc=EncoderConfig(hidden=128, layers=2, heads=2, ffn=512, dropout=0.0)),
          "mini": dict(batch_size=32, disc=EncoderConfig(hidden=128, layers=4, heads=2, ffn=512)),
          "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
-                      optimizer="torch",       # short runs: see "laptop"
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
 
 

@@ -12,7 +12,9 @@ def test_ranks_read_disjoint_halves_of_the_global_batch(data_dir):
     halves = [data.PretrainingData(data_dir, "train", 8, 32, seed=3, rank=r, world=2)
               for r in range(2)]
     for _ in range(3):
-        assert torch.equal(whole.next_batch(), torch.cat([h.next_batch() for h in halves]))
+        w, hs = whole.next_batch(), [h.next_batch() for h in halves]
+        for key in ("x", "segment_ids", "pad_mask"):
+            assert torch.equal(w[key], torch.cat([h[key] for h in hs])), key
     # masks differ between ranks (each rank has its own mask RNG)
     assert halves[0].mask_generator().initial_seed() != halves[1].mask_generator().initial_seed()
 

@@ -35,16 +35,26 @@ def test_short_run_learns(learnable_data_dir, tmp_path):
     assert "params" in r.stdout and "training FLOPs/step" in r.stdout
     log = read_log(out)
     first, last = log[100], log[600]
-    # D leaves the "everything is real" plateau (recall 0): it catches replaced tokens, and
-    # what it flags is mostly right - flagging at random would be right for only the
-    # replaced share of tokens (~13 %)
-    assert first["disc_acc_replaced"] >= 0.15 and first["disc_precision_replaced"] >= 0.5, first
     assert last["disc_loss"] < first["disc_loss"], (first, last)
     assert last["gen_acc"] > first["gen_acc"] + 0.03, (first, last)
     assert last["mlm_loss"] < first["mlm_loss"]
     assert last["flops"] == pytest.approx(6 * first["flops"])
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["step"] == 600 and ckpt["tokenizer"].strip()
+
+
+def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
+    # On learnable text D catches replaced tokens within 100 steps, and what it flags is mostly
+    # right. Flagging at random would be right for only the replaced share (~13 %), and the
+    # "everything is real" plateau has recall 0. AdamW, as in --size laptop: with the official
+    # optimizer and so short a warm-up, D collapses (README, "Why small runs sit on a plateau").
+    out = tmp_path / "run"
+    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                "--optimizer", "torch", "--max_steps", "200", "--log_every", "50")
+    assert r.returncode == 0, r.stderr
+    at100 = read_log(out)[100]
+    assert at100["disc_acc_replaced"] >= 0.15 and at100["disc_precision_replaced"] >= 0.5, at100
+    assert "recall" in r.stdout and "precision" in r.stdout
 
 
 def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
