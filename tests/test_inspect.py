@@ -1,0 +1,213 @@
+"""inspect_discriminator.py: the metrics against hand-worked values, the Figure 2 trace, the
+zero-shot rule, and every subcommand of the command line on a tiny random checkpoint."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import inspect_discriminator as insp
+from checkpoint import save_checkpoint
+from config import SIZES, Config
+from conftest import SHARED, run_cli
+from data import load_tokenizer
+from objectives import build_model
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    return r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and \
+        "Traceback" not in r.stderr
+
+
+def save_tiny(path, tok, model="electra"):
+    cfg = Config(**SIZES["tiny"], vocab_size=tok.vocab_size, model=model)
+    torch.manual_seed(0)
+    net = build_model(cfg)
+    save_checkpoint(path, dict(config=cfg.to_dict(), model=net.state_dict(), step=0,
+                               tokenizer=tok.to_text()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, learnable_data_dir):
+    """A freshly built (untrained) tiny ELECTRA checkpoint with the learnable data's tokenizer."""
+    return save_tiny(tmp_path_factory.mktemp("ckpt") / "ckpt.pt", load_tokenizer(learnable_data_dir))
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny):
+    return insp.load(tiny)
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    """A few CoLA / SST-2 dev rows in the standard layout (the real ones may be absent)."""
+    d = tmp_path_factory.mktemp("glue")
+    (d / "CoLA").mkdir()
+    (d / "SST-2").mkdir()
+    rows = [("the cat sees the ball .", 1), ("cat the the sees ball", 0),
+            ("a dog likes the river .", 1), ("likes dog a river", 0)] * 3
+    (d / "CoLA" / "dev.tsv").write_text("".join(f"src\t{y}\t\t{s}\n" for s, y in rows))
+    (d / "SST-2" / "dev.tsv").write_text("sentence\tlabel\n" + "".join(
+        f"{s} \t{y}\n" for s, y in [("a charming film", 1), ("dull and boring", 0)] * 5))
+    return d
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def test_ece_matches_a_hand_worked_example():
+    # bins of width 0.1: {0.05 | y 0} -> |0 - 0.05|; {0.15, 0.12 | 1, 0} -> |1 - 0.27|;
+    # {0.85 | 1} -> 0.15; {0.95 | 1} -> 0.05. ECE = (0.05 + 0.73 + 0.15 + 0.05) / 5 = 0.196
+    e, bins = insp.ece([0.05, 0.15, 0.12, 0.95, 0.85], [0, 1, 0, 1, 1], n_bins=10)
+    assert e == pytest.approx(0.196)
+    assert bins["count"] == [1, 2, 0, 0, 0, 0, 0, 0, 1, 1]
+    assert bins["mean_p"][1] == pytest.approx(0.135) and bins["share_replaced"][1] == 0.5
+    assert insp.ece([1.0, 0.0], [1, 0])[0] == 0.0           # P = 1.0 lands in the top bin
+    assert insp.ece([0.3] * 10, [1] * 3 + [0] * 7)[0] == pytest.approx(0.0)
+
+
+def test_roc_auc_by_hand_with_ties():
+    assert insp.roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    # pairs (pos, neg): 0.5>0.2, 0.5=0.5 (half), 0.9>0.2, 0.9>0.5 -> 3.5 / 4
+    assert insp.roc_auc([0.2, 0.5, 0.5, 0.9], [0, 0, 1, 1]) == pytest.approx(0.875)
+    assert insp.roc_auc([0.5] * 4, [0, 1, 0, 1]) == pytest.approx(0.5)
+    assert insp.roc_auc([0.9, 0.1], [0, 1]) == 0.0
+    assert insp.roc_auc([0.1, 0.2], [1, 1]) is None
+
+
+def test_best_mcc_picks_the_separating_threshold():
+    mcc, t = insp.best_mcc([0.9, 0.1, 0.3, 0.2, 0.4], [1, 0, 1, 0, 1])
+    assert (mcc, t) == (pytest.approx(1.0), 0.3)            # "positive when score >= 0.3"
+    rng = np.random.default_rng(0)
+    s, y = rng.random(50), rng.integers(0, 2, 50)
+    mcc, t = insp.best_mcc(s, y)
+    assert mcc == pytest.approx(max(insp.matthews_corr((s >= u).astype(int), y) for u in s))
+    assert insp.matthews_corr((s >= t).astype(int), y) == pytest.approx(mcc)
+
+
+# ----------------------------------------------------------------------------- Figure 2
+
+def test_mask_items_are_token_indices_or_words():
+    toks = ["[CLS]", "the", " che", "f", " cooked", " the", " meal", ".", "[SEP]"]
+    assert insp.choose_positions(toks, ["the", "cooked"]) == [1, 4]
+    assert insp.choose_positions(toks, ["chef", "the", "the"]) == [1, 2, 3, 5]
+    assert insp.choose_positions(toks, ["0", "5", ""]) == [1, 6]
+    for bad in (["9"], ["pizza"], ["the", "the", "the"]):
+        with pytest.raises(insp.InspectError):
+            insp.choose_positions(toks, bad)
+
+
+def test_figure2_trace_labels_by_comparison_with_x(loaded, monkeypatch):
+    model, tok, cfg = loaded
+    with torch.inference_mode():
+        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"], k=3)
+    x, m = tr["x"], tr["m"]
+    assert (tr["x_masked"].gather(1, m) == tok.mask_id).all()
+    assert torch.equal(tr["is_replaced"], tr["x_corrupt"] != x)
+    outside = torch.ones_like(x, dtype=torch.bool).scatter(1, m, False)
+    assert torch.equal(tr["x_corrupt"][outside], x[outside])
+    assert torch.equal(tr["x_corrupt"].gather(1, m), tr["x_hat"])
+    assert tr["top_p"].shape == (1, m.shape[1], 3) and (tr["p_replaced"] >= 0).all()
+    # G "samples" the original token at the first position and another one at the rest:
+    # the first is labelled real although it was masked (§2), the others replaced.
+    orig = x.gather(1, m)
+    other = (orig + 1) % (tok.vocab_size - 4)
+    forced = torch.cat([orig[:, :1], other[:, 1:]], 1)
+    monkeypatch.setattr(insp, "sample", lambda logits, generator=None: forced)
+    with torch.inference_mode():
+        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"])
+    assert tr["is_replaced"].gather(1, m).tolist() == [[False] + [True] * (m.shape[1] - 1)]
+    assert torch.equal(tr["is_replaced"], tr["x_corrupt"] != tr["x"])
+
+
+class FakeD(nn.Module):
+    """A discriminator that finds exactly one token id replaced."""
+
+    def __init__(self, bad_id):
+        super().__init__()
+        self.bad_id = bad_id
+
+    def forward(self, x, pad_mask=None, segment_ids=None):
+        return torch.where(x == self.bad_id, 4.0, -4.0)
+
+
+@pytest.mark.parametrize("bad,expect", [("great", 0), ("terrible", 1)])
+def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, monkeypatch, bad, expect):
+    model, tok, _ = loaded
+    monkeypatch.setattr(model, "discriminator", FakeD(tok.encode(" " + bad)[0]))
+    with torch.inference_mode():
+        pred, scores = insp.zero_shot(model, tok, ["a fine film", "it was dull", "x"],
+                                      ["terrible", "great"], max_len=64)
+    assert pred.tolist() == [expect] * 3 and scores.shape == (3, 2)
+    assert (scores[:, 1 - expect] > scores[:, expect]).all()
+
+
+# ----------------------------------------------------------------------------- command line
+
+def test_every_subcommand_runs_and_writes_pngs_and_json(tiny, learnable_data_dir, glue_dir,
+                                                         tmp_path, capsys):
+    out = tmp_path / "out"
+    common = ["--ckpt", str(tiny), "--out", str(out), "--threads", "1"]
+    assert insp.main([*common, "the cat sees the ball", "--mask", "1,ball", "--color"]) == 0
+    text = capsys.readouterr().out
+    assert "\033[" in text and "top-5 of p_G" in text and "P(replaced)" in text
+    assert insp.main(["figure2", *common]) == 0
+    text = capsys.readouterr().out
+    for name in ("x_masked", "p_G top-", "x̂ ~ p_G", "x_corrupt", "is_replaced", "D(x_corrupt,t)"):
+        assert name in text
+    data = ["--data", str(learnable_data_dir), "--n", "5", "--n_sentences", "20"]
+    assert insp.main(["calibration", *common, *data]) == 0
+    assert "ECE" in capsys.readouterr().out
+    assert insp.main(["scoring", *common, *data]) == 0
+    assert "shuffled" in capsys.readouterr().out
+    for cmd in ("cola", "sst2"):
+        assert insp.main([cmd, *common, "--glue_dir", str(glue_dir)]) == 0
+    assert "ROC-AUC" in capsys.readouterr().out
+    for png in ("sentence", "figure2", "calibration", "cola_roc"):
+        assert (out / f"{png}.png").read_bytes()[:8] == PNG
+    # `all` through the real command line, with ../shared's GLUE dev sets when present
+    real = SHARED / "data" / "glue"
+    glue = real if (real / "CoLA").is_dir() and (real / "SST-2").is_dir() else glue_dir
+    r = run_cli("inspect_discriminator.py", "all", *common, *data, "--glue_dir", glue)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "inspect.json").read_text())
+    assert 0 <= res["calibration"]["ece"] <= 1 and res["calibration"]["n_sequences"] == 5
+    assert res["cola"]["n"] == (1043 if glue == real else 12)
+    assert 0 <= res["sst2"]["accuracy"] <= 1 and res["sst2"]["majority"] >= 0.5
+    assert set(res["scoring"]) >= {"generator", "random", "shuffled"}
+    assert set(res["seconds"]) >= {"calibration", "scoring", "cola", "sst2", "total"}
+
+
+def test_text_file_is_held_out_text(tiny, tmp_path, capsys):
+    f = tmp_path / "held.txt"
+    f.write_text("The cat sees the ball in the morning. A dog likes the river.\n\n" * 30)
+    assert insp.main(["calibration", "--ckpt", str(tiny), "--text", str(f), "--n", "5",
+                      "--out", str(tmp_path)]) == 0
+    assert "of 5 sequences" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
+    bert = save_tiny(tmp_path / "bert.pt", load_tokenizer(learnable_data_dir), model="bert")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    cases = [(["--ckpt", tmp_path / "missing.pt", "hello"], "no such checkpoint"),
+             (["--ckpt", bert, "hello"], "BERT"),
+             (["--ckpt", junk, "hello"], "cannot be read"),
+             (["--ckpt", tiny, "   "], "give some text"),
+             (["calibration", "--ckpt", tiny], "--data DIR or --text FILE"),
+             (["scoring", "--ckpt", tiny, "--text", tmp_path / "none.txt"], "no such file"),
+             (["figure2", "--ckpt", tiny, "some text"], "--mask"),
+             (["--ckpt", tiny, "the cat", "--mask", "dog"], "no such"),
+             (["--ckpt", tiny, "the cat", "--n", "0"], "positive"),
+             (["cola", "--ckpt", tiny, "--glue_dir", tmp_path / "nope"], "GLUE")]
+    for args, message in cases[:2]:             # the real command line: exit status, stderr
+        r = run_cli("inspect_discriminator.py", *args, "--out", tmp_path / "o")
+        assert one_error_line(r) and message in r.stderr, (args, r.stderr)
+    for args, message in cases[2:]:             # the same main(), in this process (faster)
+        assert insp.main([*map(str, args), "--out", str(tmp_path / "o")]) == 1, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and message in err[0], (args, err)
