@@ -28,12 +28,32 @@ def pick_device(name=None):
                         "mps" if torch.backends.mps.is_available() else "cpu")
 
 
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's instruction-set flags as Linux reports them ("flags" on x86, "Features" on
+    ARM); an empty set where the file does not exist (macOS, Windows)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.split(":")[0].strip() in ("flags", "Features"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 @functools.lru_cache(maxsize=None)
 def native_bf16(device_type):
+    """Does this device multiply bf16 matrices in hardware?
+
+    On a CPU, oneDNN's own check (torch.ops.mkldnn._is_mkldnn_bf16_supported) also says yes
+    for plain AVX-512 CPUs, where bf16 is *emulated*: measured on a 2-core Xeon with AVX-512 but
+    no AVX512-BF16, the laptop recipe ran at 9.9k tokens/s under bf16 autocast against 21.7k in
+    float32. So we ask for the instructions themselves: AVX512-BF16 or AMX-BF16 on x86, the
+    BF16 extension on ARM."""
     if device_type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device_type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
     return False
 
 
