@@ -11,17 +11,22 @@
     --objective all_tokens_mlm  AllTokensMLM: an MLM over every token with a copy mechanism
 
 Each class overrides one step of ELECTRA.forward (generate or discriminate) or, for the two
-training algorithms, the whole step. The trainer does not change.
+training algorithms, the whole step and the trainer's hooks (schedule_progress, on_progress):
+the trainer does not change. build_model, at the end, picks the model a config describes.
 """
 import copy
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data import DataError
-from generator import Generator, mlm_loss, sample
-from objectives import ELECTRA, corrupt, masked_accuracy
+from generator import Generator
+from objectives import BERT, ELECTRA, corrupt, masked_accuracy, mlm_loss, real_tokens, sample
+
+
+class ConfigError(ValueError):
+    """A combination of ablation flags that does not make sense; the command line prints it."""
 
 
 # ----------------------------------------------------------------------------- §3.5
@@ -30,11 +35,14 @@ class ELECTRA15(ELECTRA):
     """"ELECTRA 15%": identical to ELECTRA except that L_Disc sums over i in m, not 1..n.
     The paper's point: this loses most of ELECTRA's gain (Table 5: 82.4 vs 85.0)."""
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
-                     segment_ids=None, loss_mask=None):
-        in_m = torch.zeros_like(x, dtype=torch.bool).scatter(1, positions, weights > 0)
-        return super().discriminate(x, x_corrupt, is_replaced, positions, targets, weights,
-                                    pad_mask, segment_ids, loss_mask=in_m)
+    def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
+                     segment_ids=None):
+        # BEGIN ASSIGNMENT electra15
+        in_m = torch.zeros_like(scored, dtype=torch.bool).scatter(1, masked.positions,
+                                                                  masked.weights > 0)
+        return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m, pad_mask,
+                                    segment_ids)
+        # END ASSIGNMENT electra15
 
 
 class ReplaceMLM(ELECTRA):
@@ -50,11 +58,11 @@ class ReplaceMLM(ELECTRA):
     def make_discriminator(self, cfg, embeddings):
         return Generator(cfg.disc, embeddings)
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
-                     segment_ids=None, loss_mask=None):
-        logits = self.discriminator(x_corrupt, positions, pad_mask, segment_ids)
-        acc = masked_accuracy(logits.detach(), targets, weights)
-        return mlm_loss(logits, targets, weights), dict(disc_correct=acc), logits
+    def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
+                     segment_ids=None):
+        logits = self.discriminator(x_corrupt, masked.positions, pad_mask, segment_ids)
+        acc = masked_accuracy(logits.detach(), masked.targets, masked.weights)
+        return mlm_loss(logits, masked.targets, masked.weights), dict(disc_correct=acc), logits
 
 
 class CopyMLM(Generator):
@@ -88,14 +96,14 @@ class AllTokensMLM(ReplaceMLM):
     def make_discriminator(self, cfg, embeddings):
         return CopyMLM(cfg.disc, embeddings)
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
-                     segment_ids=None, loss_mask=None):
+    def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
+                     segment_ids=None):
         logits, copy_logit = self.discriminator.forward_all(x_corrupt, pad_mask, segment_ids)
         log_mlm = F.log_softmax(logits.float(), -1).gather(-1, x[..., None]).squeeze(-1)
         copy_ok = torch.where(x_corrupt == x, 0.0, float("-inf"))      # log 1[x_t = input_t]
         log_p = torch.logaddexp(F.logsigmoid(copy_logit.float()) + copy_ok,
                                 F.logsigmoid(-copy_logit.float()) + log_mlm)
-        real = torch.ones_like(x, dtype=torch.float) if pad_mask is None else pad_mask.float()
+        real = scored.float()
         loss = -(log_p * real).sum() / real.sum()
         return loss, dict(disc_correct=masked_accuracy(logits.detach(), x, real)), logits
 
@@ -118,11 +126,11 @@ class UnigramELECTRA(ELECTRA):
     def make_generator(self, cfg, embeddings):
         return UnigramSampler(self._counts)
 
-    def generate(self, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
-        x_hat = torch.multinomial(self.generator.probs, positions.numel(), replacement=True)
-        x_hat = x_hat.view_as(positions)
-        correct = ((x_hat == targets).float() * weights).sum(), weights.sum()
-        return torch.zeros((), device=x_masked.device), x_hat, dict(gen_correct=correct)
+    def generate(self, masked, pad_mask=None, segment_ids=None):
+        x_hat = torch.multinomial(self.generator.probs, masked.positions.numel(), replacement=True)
+        x_hat = x_hat.view_as(masked.positions)
+        correct = ((x_hat == masked.targets).float() * masked.weights).sum(), masked.weights.sum()
+        return torch.zeros((), device=x_hat.device), x_hat, dict(gen_correct=correct)
 
 
 class AdversarialELECTRA(ELECTRA):
@@ -137,16 +145,17 @@ class AdversarialELECTRA(ELECTRA):
         g.baseline = nn.Linear(cfg.gen.hidden, 1)
         return g
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
-        G = self.generator
-        h = G.hidden(x_masked, pad_mask, segment_ids)
+    def forward(self, x, masked, pad_mask=None, segment_ids=None):
+        G, positions, weights = self.generator, masked.positions, masked.weights
+        h = G.hidden(masked.x_masked, pad_mask, segment_ids)
         h_m = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))
         logits = G.head(h_m, G.embeddings.token.weight)
         x_hat = sample(logits)
         with torch.no_grad():
-            x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
-        loss_disc, stats, d_logits = self.discriminate(x, x_corrupt, is_replaced, positions,
-                                                       targets, weights, pad_mask, segment_ids)
+            x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+        loss_disc, stats, d_logits = self.discriminate(x, x_corrupt, is_replaced, masked,
+                                                       real_tokens(x, pad_mask), pad_mask,
+                                                       segment_ids)
         # reward of each sample: D's cross-entropy on it (detached: G only sees the number)
         d_m = torch.gather(d_logits.detach().float(), 1, positions)
         rep_m = torch.gather(is_replaced, 1, positions).float()
@@ -159,8 +168,8 @@ class AdversarialELECTRA(ELECTRA):
         loss_b = (F.binary_cross_entropy_with_logits(b_logit, torch.exp(-reward),
                                                      reduction="none") * weights).sum() / n
         with torch.no_grad():
-            loss_mlm = mlm_loss(logits, targets, weights)
-        stats["gen_correct"] = masked_accuracy(logits.detach(), targets, weights)
+            loss_mlm = mlm_loss(logits, masked.targets, weights)
+        stats["gen_correct"] = masked_accuracy(logits.detach(), masked.targets, weights)
         loss = loss_pg + loss_b + self.disc_weight * loss_disc
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats)
 
@@ -170,25 +179,35 @@ class AdversarialELECTRA(ELECTRA):
 class TwoStageELECTRA(ELECTRA):
     """§3.2 two-stage training: (1) train only G with L_MLM for n steps; (2) initialise D with
     G's weights, then train D with L_Disc for n steps, G frozen. Needs G and D of the same size
-    (--gen_size 1). The trainer calls start_stage_two() half-way through the budget."""
+    (--gen_size 1). Each stage gets half the budget and its own warm-up and decay: the hooks
+    schedule_progress and on_progress tell the trainer so."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.register_buffer("stage", torch.tensor(1))     # saved in checkpoints
-        self.current_stage = 1                              # its host copy: no GPU sync per step
+        self.register_buffer("stage_buf", torch.tensor(1))  # saved in checkpoints
+        self.stage = 1                                      # its host copy: no GPU sync per step
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
+    def forward(self, x, masked, pad_mask=None, segment_ids=None):
         inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
-        if self.current_stage == 1:
-            loss_mlm, _, stats = self.generate(x_masked, positions, targets, weights, **inp)
+        if self.stage == 1:
+            loss_mlm, _, stats = self.generate(masked, **inp)
             return loss_mlm, dict(mlm_loss=loss_mlm, **stats)
         with torch.no_grad():                               # G frozen: it only samples
-            loss_mlm, x_hat, stats = self.generate(x_masked, positions, targets, weights, **inp)
-            x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
-        loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, positions, targets,
-                                                  weights, **inp)
+            loss_mlm, x_hat, stats = self.generate(masked, **inp)
+            x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+        loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked,
+                                                  real_tokens(x, pad_mask), **inp)
         return self.disc_weight * loss_disc, dict(mlm_loss=loss_mlm, disc_loss=loss_disc,
                                                   **stats, **d_stats)
+
+    def schedule_progress(self, progress):
+        return 2 * progress if progress < 0.5 else 2 * progress - 1
+
+    def on_progress(self, progress):
+        if progress >= 0.5 and self.stage == 1:
+            self.start_stage_two()
+            return True
+        return False
 
     def _freeze_generator(self):
         """G keeps a frozen copy of the embeddings it was trained with; D trains the original."""
@@ -199,33 +218,41 @@ class TwoStageELECTRA(ELECTRA):
     def start_stage_two(self):
         self.discriminator.encoder.load_state_dict(self.generator.encoder.state_dict())
         self._freeze_generator()
-        self.stage.fill_(2)
-        self.current_stage = 2
+        self.stage_buf.fill_(2)
+        self.stage = 2
 
     def load_state_dict(self, state, strict=True):
-        if int(state.get("stage", 1)) == 2 and self.current_stage == 1:
+        if "stage" in state and "stage_buf" not in state:   # checkpoints before the rename
+            state = {("stage_buf" if k == "stage" else k): v for k, v in state.items()}
+        if int(state.get("stage_buf", 1)) == 2 and self.stage == 1:
             self._freeze_generator()                        # untie before loading both copies
-            self.current_stage = 2
+            self.stage = 2
         return super().load_state_dict(state, strict)
 
 
-def build(cfg, unigram_counts=None):
-    """The ablation model a config asks for (objectives.build_model's fallback)."""
+# ----------------------------------------------------------------------------- choosing one
+
+def build_model(cfg, train_tokens=None):
+    """The pre-training model a config describes: BERT, ELECTRA, or one of the ablations.
+    `train_tokens` (the training set's token ids) gives the unigram generator its counts."""
+    if cfg.model == "bert":
+        return BERT(cfg)
     if cfg.two_stage:
         if cfg.gen != cfg.disc:
-            raise DataError("--two_stage initialises D from G: it needs --gen_size 1")
+            raise ConfigError("--two_stage initialises D from G: it needs --gen_size 1")
         if cfg.objective != "electra" or cfg.generator != "mlm":
-            raise DataError("--two_stage combines only with the default objective and generator")
+            raise ConfigError("--two_stage combines only with the default objective and generator")
         return TwoStageELECTRA(cfg)
     if cfg.generator != "mlm" and cfg.objective != "electra":
-        raise DataError("--generator unigram/adversarial combine only with --objective electra")
-    if cfg.generator == "unigram":
-        if unigram_counts is None:
-            unigram_counts = torch.ones(cfg.vocab_size)     # replaced by the checkpoint's buffer
-        return UnigramELECTRA(cfg, unigram_counts)
+        raise ConfigError("--generator unigram/adversarial combine only with --objective electra")
+    if cfg.generator == "unigram":          # §3.2: corpus token frequencies (+1: none is zero)
+        counts = torch.ones(cfg.vocab_size) if train_tokens is None else \
+            torch.from_numpy(np.bincount(train_tokens, minlength=cfg.vocab_size)) + 1
+        return UnigramELECTRA(cfg, counts)  # (without tokens: a checkpoint's buffer replaces it)
     if cfg.generator == "adversarial":
         return AdversarialELECTRA(cfg)
-    classes = {"electra15": ELECTRA15, "replace_mlm": ReplaceMLM, "all_tokens_mlm": AllTokensMLM}
+    classes = {"electra": ELECTRA, "electra15": ELECTRA15, "replace_mlm": ReplaceMLM,
+               "all_tokens_mlm": AllTokensMLM}
     if cfg.objective not in classes:
-        raise DataError(f"unknown objective {cfg.objective!r}")
+        raise ConfigError(f"unknown objective {cfg.objective!r}")
     return classes[cfg.objective](cfg)

@@ -6,7 +6,7 @@
     python bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
 
 What is measured: full optimizer steps - forward, backward, gradient clipping, AdamW - on the
-same synthetic batches (random ids from a fixed seed, [CLS] ... [SEP], masked by data.mask_tokens
+same synthetic batches (random ids from a fixed seed, [CLS] ... [SEP], masked by objectives.mask_tokens
 exactly as training does), with the same config and the same optimizer (make_optimizer). Each
 contender runs `--warmup` untimed steps (allocator, torch.compile), then `--steps` timed ones,
 and gets a line: steps/s, tokens/s, ms/step (of the median step), MFU, and the memory one step
@@ -44,11 +44,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch
 import torch.nn as nn
 
-from data import mask_tokens
+from objectives import mask_tokens
 from device import pick_device, pick_precision
-from electra_small import SIZES, Config, make_optimizer, training_step
+from config import SIZES, Config
+from train import make_optimizer, training_step
 from flops import hardware_flops_per_step, peak_flops
-from objectives import build_model
+from ablations import build_model
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
 MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
@@ -59,7 +60,7 @@ class HFElectra(nn.Module):
     """Hugging Face's ELECTRA pair, wired as its pre-training examples do: ElectraForMaskedLM as G,
     ElectraForPreTraining as D, D given G's embeddings module (G's output layer is tied to the
     word embeddings by HF's default), loss = L_MLM + λ L_Disc. Same forward signature as ours,
-    so electra_small.training_step trains it unchanged."""
+    so train.training_step trains it unchanged."""
 
     def __init__(self, cfg, attn="sdpa"):
         super().__init__()
@@ -82,7 +83,8 @@ class HFElectra(nn.Module):
         self.attn = self.generator.config._attn_implementation or attn
         self.disc_weight = cfg.disc_weight
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
+    def forward(self, x, masked, pad_mask=None, segment_ids=None):
+        x_masked, positions, targets, weights = masked
         # HF's MLM loss: labels -100 (ignored) everywhere but the used mask slots.
         labels = torch.where(weights > 0, targets, -100)
         labels = torch.full_like(x, -100).scatter(1, positions, labels)
@@ -121,7 +123,7 @@ def make_batches(cfg, n=4, seed=0):
         for k, kw in MASK_KW.items():
             b = mask_tokens(x, (pad, cls, sep), mask, cfg.n_slots, cfg.mask_prob, n_random=V - 4,
                             generator=torch.Generator().manual_seed(s), **kw)
-            out[k].append(dict(x=x, **b))
+            out[k].append(dict(x=x, masked=b))
     return out
 
 

@@ -7,7 +7,7 @@ The ablation fields (objective, generator, two_stage) select the variants of abl
 """
 from dataclasses import asdict, dataclass, field
 
-from data import mask_slots
+from objectives import mask_slots
 from encoder import EncoderConfig
 
 

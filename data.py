@@ -9,13 +9,9 @@ as the official build_pretraining_dataset.py builds it:
      sentence-pair GLUE tasks use), padded where a document ends early (build_examples);
   3. masking is *dynamic* ("masked positions decided on-the-fly instead of during
      preprocessing", Appendix A): every time a sequence is used it gets fresh positions m.
-
-Masking (§2, footnote 3): choose k = round(0.15 n) of the n real tokens (never [CLS], [SEP] or
-[PAD]), m_i ~ unif{1, n} without replacement. For ELECTRA 85 % of them become [MASK] and 15 %
-keep their token (the official code; no random replacement, since the generator supplies the
-"random" tokens). BERT uses 80 % [MASK] / 10 % random / 10 % kept (`--model bert`).
-Positions live in a fixed number of slots K (19 for 128 tokens, as the official code), unused
-slots weighted 0, so every tensor has a static shape - important for GPU speed.
+     The masking itself is line 1 of the algorithm, objectives.mask_tokens; this file only
+     gives each batch its own random-number generator for it (mask_generator), so that a
+     resumed run draws exactly the masks the uninterrupted run would have drawn.
 
 Command line (prepare a corpus once):
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
@@ -54,47 +50,6 @@ class DataError(Exception):
     """Bad input the user can fix; the command line prints it as one line and exits 1."""
 
 
-# ----------------------------------------------------------------------------- masking (§2)
-
-def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
-    """K, the fixed number of mask slots: int((0.15 + 0.005) * 128) = 19, as the official code."""
-    return int((mask_prob + 0.005) * seq_len)
-
-
-def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
-                random_prob=0.0, n_random=None, generator=None):
-    """Choose m and build x_masked = REPLACE(x, m, [MASK]).
-
-    x (B, T) token ids. Returns a dict of
-      x_masked  (B, T)  the input of the generator (or of BERT)
-      positions (B, K)  m, padded with unused slots
-      targets   (B, K)  x_i at those positions, the labels of L_MLM
-      weights   (B, K)  1.0 for the k used slots, 0.0 for unused ones
-    replace_prob / random_prob: the share of chosen positions that become [MASK] / a random
-    token id below n_random; the rest keep their token."""
-    B, T = x.shape
-    is_real = torch.ones_like(x, dtype=torch.bool)
-    for s in special_ids:
-        is_real &= x != s
-    n = is_real.sum(1)
-    k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
-    # A uniformly random k-subset of the real tokens: give each real token a uniform score,
-    # every special token -1, and take the K best. The first k of them are a uniform sample.
-    scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
-    positions = scores.topk(n_slots, dim=1).indices
-    weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
-    targets = torch.gather(x, 1, positions)
-    # What each chosen position shows the network: [MASK], a random token, or itself.
-    u = torch.rand(B, n_slots, generator=generator, device=x.device)
-    shown = torch.where(u < replace_prob, torch.full_like(targets, mask_id), targets)
-    if random_prob > 0:
-        rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
-        shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
-    shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
-    x_masked = x.scatter(1, positions, shown)
-    return dict(x_masked=x_masked, positions=positions, targets=targets, weights=weights)
-
-
 # ----------------------------------------------------------------------------- batches
 
 def split_sentences(line):
@@ -127,13 +82,18 @@ def build_examples(lengths, max_len, seed):
     every later sentence goes to B (the official rule could put a short later sentence back
     into A). Returns an (N, 4) int64 array of (a_start, a_len, b_start, b_len), a pure function
     of (lengths, max_len, seed), which is what makes --resume exact."""
+    # Every random choice comes from one seeded stream, in a fixed order: the same corpus and
+    # seed always give the same examples, so a checkpoint only needs (epoch, batch) to resume.
     coins = _uniforms(np.random.default_rng(seed))
-    piece = max_len - 3
+    piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
     out, cur, start, pos = [], [], 0, 0            # cur: token counts of the collected sentences
     target = max_len
 
     def emit():
         nonlocal cur, target
+        # Where A ends: usually about half-way, so most examples have a B (and the segment-B
+        # embedding that six of the eight GLUE tasks read gets trained); 10 % of the time no
+        # limit, so the model also sees single-segment inputs as in CoLA and SST-2.
         first_target = 1 << 30 if next(coins) < 0.1 else (target - 3) // 2
         a = b = 0
         for n in cur:
@@ -146,10 +106,12 @@ def build_examples(lengths, max_len, seed):
         b_len = min(b, max(0, max_len - a_len - 3))
         out.append((start, a_len, start + a, b_len))
         cur = []
+        # 5 % of examples aim at a random shorter length (official): fine-tuning inputs are
+        # often short and padded, and pre-training should not be all full-length sequences.
         target = int(5 + next(coins) * (max_len - 4)) if next(coins) < 0.05 else max_len
 
     for n in lengths.tolist():
-        if n == 0:                                 # end of a document: close the example
+        if n == 0:      # end of a document: close the example (never mix two documents)
             if cur:
                 emit()
             continue
@@ -225,10 +187,14 @@ class PretrainingData:
         GPU sees static shapes; padding is excluded by pad_mask from attention, masking and
         L_Disc."""
         if self._order_epoch != self.epoch:
+            # the epoch's order is a pure function of (seed, epoch): no state to save but two
+            # integers, and every process of a data-parallel run computes the same order
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
-        first = self.batch * self.batch_size + self.rank * self.local
+        first = self.batch * self.batch_size + self.rank * self.local   # this rank's slice
         rows = self.examples[self._order[first:first + self.local]]
+        # Always seq_len wide, padded: static shapes (no recompilation on a GPU), and the pad
+        # positions are excluded everywhere by pad_mask rather than by cutting the tensor.
         x = np.full((len(rows), self.seq_len), self.pad, dtype=np.int64)
         seg = np.zeros_like(x)
         for r, (a0, a, b0, b) in enumerate(rows.tolist()):

@@ -16,6 +16,7 @@ The point of the whole paper is in that sum: it runs over *all* n input tokens, 
 this, more than anything else, is where ELECTRA's efficiency comes from).
 
 After pre-training the generator is thrown away and D is fine-tuned (finetune_glue.py).
+L_Disc itself is part of the algorithm, in objectives.py.
 """
 import torch.nn as nn
 import torch.nn.functional as F
@@ -44,17 +45,3 @@ class Discriminator(nn.Module):
         h = self.hidden(x_corrupt, pad_mask, segment_ids)
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 
-
-def disc_loss(logits, is_replaced, mask=None):
-    """L_Disc: binary cross-entropy of D's logits against is_replaced, averaged over the tokens
-    in `mask` - the non-padding tokens, [CLS] and [SEP] included, as in the official code
-    (the "ELECTRA 15%" ablation of §3.5 passes the masked positions instead).
-
-    is_replaced is 1 only where the generator's sample *differs* from the original token; a
-    sample that happens to equal the original counts as real (§2: "if the generator happens to
-    generate the correct token, that token is considered 'real' instead of 'fake'")."""
-    bce = F.binary_cross_entropy_with_logits(logits.float(), is_replaced.float(), reduction="none")
-    if mask is None:
-        return bce.mean()
-    w = mask.float()
-    return (bce * w).sum() / w.sum().clamp(min=1.0)

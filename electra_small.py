@@ -1,8 +1,10 @@
-"""ELECTRA-Small pre-training: the training loop and the command line.
+"""ELECTRA-Small pre-training: the command line.
 
-Paper §2 (the objective: objectives.py), §3.3 (small models), Appendix A / Table 6 (the
-hyperparameters: config.py), Appendix E (FLOPs: flops.py). The loop itself is plain PyTorch:
-Adam without bias correction (optim.py), gradient clipping at 1.0, warm-up then linear decay.
+Paper §2 (the algorithm: objectives.py), §3.3 (small models), Appendix A / Table 6 (the
+hyperparameters: config.py), Appendix E (FLOPs: flops.py). The loop itself is train.py: plain
+PyTorch, Adam without bias correction (optim.py), gradient clipping at 1.0, warm-up then linear
+decay. This file turns the arguments into a Config, checks them and a checkpoint to resume
+(one-line errors, never a traceback), and calls train.train.
 
     python electra_small.py --hours 6                  # the demo corpus, prepared on first use
     python electra_small.py --data data/wiki00 --max_steps 1000000    # the paper's full run
@@ -15,39 +17,29 @@ That is the paper's Table 1 question - what does a given amount of compute buy? 
 ELECTRA and BERT comparable at equal time without counting steps by hand.
 """
 import argparse
-import json
 import math
 import signal
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries, rng_state
-from checkpoint import save_checkpoint, set_rng_state
-from config import SIZES, Config, lr_at
-from data import DATA_ROOT, DEMO_NAME, DataError, PretrainingData, Prefetcher, load_meta
-from data import load_tokenizer, mask_tokens, prepare_demo
-from device import DeviceError, pick_device, pick_precision
+from ablations import ConfigError, build_model
+from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
+from config import SIZES, Config, lr_at  # noqa: F401  (lr_at: the schedule, for readers/tests)
+from data import DATA_ROOT, DEMO_NAME, DataError, load_meta, load_tokenizer, prepare_demo
+from device import DeviceError, pick_device
 from distributed import Dist
-from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
-from objectives import build_model
-from optim import decay_groups, make_adam
+from flops import train_flops_per_step
+from train import TrainingDiverged, make_optimizer, train  # noqa: F401
 
 
-def make_optimizer(model, cfg, device):
-    """Adam with decoupled weight decay (Table 6: ε 1e-6, weight decay 0.01; biases and
-    LayerNorm not decayed). cfg.optimizer "official" is the paper's rule without bias
-    correction (optim.py explains why that matters); "torch" is torch.optim.AdamW."""
-    return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
-                     cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
-
-
-def count_params(model, cfg):
-    """(generator-only, discriminator incl. embeddings, shared embeddings, total) in parameters."""
+def count_params(cfg):
+    """(generator-only, discriminator incl. embeddings, shared embeddings, total) in parameters.
+    The model is built on the "meta" device: shapes only, no memory, no random numbers drawn."""
+    with torch.device("meta"):
+        model = build_model(cfg)
     n = lambda m: sum(p.numel() for p in m.parameters())
     if cfg.model == "bert":
         shared = n(model.mlm.embeddings)
@@ -56,253 +48,6 @@ def count_params(model, cfg):
     d_ids = {id(p) for p in model.discriminator.parameters()}
     g_only = sum(p.numel() for p in model.generator.parameters() if id(p) not in d_ids)
     return g_only, n(model.discriminator), shared, n(model)
-
-
-def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
-    """One optimizer step of L_MLM + λ L_Disc (or of the config's objective) on a CPU batch
-    {x, x_masked, positions, targets, weights}; returns the statistics as device tensors."""
-    batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
-    for group in opt.param_groups:
-        group["lr"] = lr
-    # bf16 autocast where the hardware has native bf16 (device.py): several times faster
-    # matmuls; weights, optimizer and the losses (mlm_loss / disc_loss) stay in float32.
-    with pick_precision(precision, device)[1]():
-        loss, stats = model(**batch)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return stats
-
-
-class TrainingDiverged(Exception):
-    """The loss became NaN or infinite; the command line prints it as one line."""
-
-
-class Trainer:
-    """The loop: sample a batch, mask it, one step of L_MLM + λ L_Disc, log, checkpoint."""
-
-    def __init__(self, cfg, args, device, data_dir, resume_ckpt=None, dist=None):
-        self.cfg, self.args, self.device = cfg, args, device
-        self.dist = dist or Dist()
-        self.out = Path(args.out_dir)
-        self.data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
-                                    self.dist.rank, self.dist.world)
-        self.tokenizer = load_tokenizer(data_dir)
-        counts = None
-        if cfg.generator == "unigram":                      # §3.2: corpus token frequencies
-            counts = torch.from_numpy(np.bincount(self.data.tokens, minlength=cfg.vocab_size)) + 1
-        self.raw_model = build_model(cfg, counts).to(device)   # what checkpoints hold
-        self.opt = make_optimizer(self.raw_model, cfg, device)
-        self.stage = 1 if cfg.two_stage else None
-        self.flops_per_step = train_flops_per_step(cfg, self.stage)    # the paper's count
-        self.step, self.flops, self.elapsed = 0, 0.0, 0.0
-        self.first_bad_step = None                          # see check_finite
-        self.saved_fractions = []
-        if resume_ckpt is not None:
-            self.raw_model.load_state_dict(resume_ckpt["model"])
-            self.opt.load_state_dict(resume_ckpt["optimizer"])
-            self.step, self.flops = resume_ckpt["step"], resume_ckpt["flops"]
-            self.elapsed = resume_ckpt["elapsed_s"]
-            self.saved_fractions = list(resume_ckpt.get("saved_fractions", []))
-            self.data.load_state_dict(resume_ckpt["data"])
-            set_rng_state(resume_ckpt["rng"])
-        self.data_state = self.data.state_dict()           # position after the last used batch
-        if cfg.two_stage and self.raw_model.current_stage == 2:
-            self.stage = 2
-            self.flops_per_step = train_flops_per_step(cfg, 2)
-        self.model = self.dist.wrap(self.raw_model, find_unused=cfg.two_stage)
-        if args.compile:
-            self.model = torch.compile(self.model)
-        meta = self.data.meta
-        self.special = (meta["pad_id"], meta["cls_id"], meta["sep_id"])
-        # BERT's masking: 80 % [MASK], 10 % random, 10 % kept; ELECTRA's: 85 % [MASK], 15 % kept.
-        self.mask_kw = dict(replace_prob=0.8, random_prob=0.1) if cfg.model == "bert" else \
-            dict(replace_prob=0.85, random_prob=0.0)
-
-    # -- budget ----------------------------------------------------------------------------
-    def progress(self):
-        """Fraction of the budget used: of wall-clock time with --hours, else of steps."""
-        if self.args.hours:
-            return self.elapsed / (self.args.hours * 3600)
-        if self.args.flops:                 # Table 1's question: what does this compute buy?
-            return self.flops / self.args.flops
-        return self.step / self.args.max_steps
-
-    def lr(self):
-        """Two-stage training (§3.2) gives each stage half the budget and its own schedule."""
-        p = self.progress()
-        if self.cfg.two_stage:
-            p = 2 * p if p < 0.5 else 2 * p - 1
-        return lr_at(p, self.cfg)
-
-    def maybe_start_stage_two(self):
-        if self.cfg.two_stage and self.progress() >= 0.5 and self.raw_model.current_stage == 1:
-            self.raw_model.start_stage_two()
-            self.stage = 2
-            self.flops_per_step = train_flops_per_step(self.cfg, 2)
-            self.model = self.dist.wrap(self.raw_model, find_unused=True)
-            if self.dist.main:
-                print(f"step {self.step}: stage two - D initialised from G, G frozen")
-
-    def checkpoint_state(self):
-        return dict(config=self.cfg.to_dict(), model=self.raw_model.state_dict(),
-                    optimizer=self.opt.state_dict(), step=self.step, flops=self.flops,
-                    elapsed_s=self.elapsed, rng=rng_state(), data=self.data_state,
-                    tokenizer=self.tokenizer.to_text(), saved_fractions=self.saved_fractions,
-                    budget=dict(hours=self.args.hours, max_steps=self.args.max_steps,
-                                flops=self.args.flops),
-                    seed=self.args.seed, device=str(self.device), world=self.dist.world)
-
-    def save(self, name="ckpt.pt"):
-        """Write a checkpoint - never of a state that has seen a NaN loss, and never over the
-        previous one unless the new one is complete (checkpoint.py writes atomically)."""
-        self.check_finite()
-        if self.dist.main:
-            try:
-                save_checkpoint(self.out / name, self.checkpoint_state())
-            except OSError as e:                 # disk full, permissions, folder removed ...
-                raise CheckpointError(f"could not write {self.out / name} ({e.strerror or e}); "
-                                      "the previous checkpoint is intact: free disk space and "
-                                      "continue with --resume") from None
-
-    def check_finite(self):
-        """Raise if any step so far had a NaN/inf loss. The flag lives on the device and is
-        read only here (at logging and checkpoint time), so no step waits for the host."""
-        if self.first_bad_step is not None and int(self.first_bad_step) > 0:
-            raise TrainingDiverged(
-                f"the loss became NaN or infinite at step {int(self.first_bad_step)}; stopped "
-                f"without saving, so {self.out / 'ckpt.pt'} still holds the last good state: "
-                "lower --lr (or check the data) and continue with --resume")
-
-    # -- one step ----------------------------------------------------------------------------
-    def make_batch(self):
-        """The next batch, masked on the CPU, and the data position after it."""
-        batch = self.data.next_batch()                     # x, segment_ids, pad_mask
-        masked = mask_tokens(batch["x"], self.special, self.data.meta["mask_id"],
-                             self.cfg.n_slots, self.cfg.mask_prob,
-                             n_random=self.data.meta["vocab_size"] - 4,
-                             generator=self.data.mask_generator(), **self.mask_kw)
-        return dict(**batch, **masked), self.data.state_dict()
-
-    def train_step(self, batch, lr):
-        try:
-            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device,
-                                 self.args.precision)
-        except Exception as e:          # torch.compile can fail on some setups: fall back
-            if not self.args.compile or self.model is self.raw_model:
-                raise
-            print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                  "continuing eagerly", file=sys.stderr)
-            self.opt.zero_grad(set_to_none=True)
-            self.model = self.dist.wrap(self.raw_model, find_unused=self.cfg.two_stage)
-            return training_step(self.model, self.opt, batch, lr, self.cfg, self.device,
-                                 self.args.precision)
-
-    # -- the loop --------------------------------------------------------------------------
-    def run(self):
-        args, main = self.args, self.dist.main
-        peak, peak_note = peak_flops(self.device)
-        peak = peak * self.dist.world if peak else None
-        log_file = open(self.out / "log.jsonl", "a") if main else None
-        # On a GPU a background thread prepares batches while the GPU works (data.Prefetcher).
-        fetch = Prefetcher(self.make_batch) if self.device.type == "cuda" else self.make_batch
-        sums, interval_start, interval_steps = {}, time.time(), 0
-        last_ckpt = time.time()
-        t0, elapsed0 = time.time(), self.elapsed
-        if main:
-            print(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
-        try:
-            while self.progress() < 1.0:
-                self.maybe_start_stage_two()
-                batch, data_state = fetch()
-                stats = self.train_step(batch, self.lr())
-                self.step += 1
-                # remember the first step whose loss is not finite (0: none so far)
-                bad = ~torch.isfinite(stats["mlm_loss"].detach())
-                if "disc_loss" in stats:
-                    bad |= ~torch.isfinite(stats["disc_loss"].detach())
-                first = torch.zeros((), dtype=torch.long, device=bad.device) \
-                    if self.first_bad_step is None else self.first_bad_step
-                self.first_bad_step = torch.where(bad & (first == 0), self.step, first)
-                self.flops += self.flops_per_step
-                self.data_state = data_state
-                now = elapsed0 + time.time() - t0
-                self.elapsed = self.dist.broadcast_float(now) if args.hours else now
-                interval_steps += 1
-                for k, v in stats.items():                 # accumulate on the device
-                    v = torch.stack(v) if isinstance(v, tuple) else v.detach()
-                    sums[k] = sums[k] + v if k in sums else v
-                if self.step % args.log_every == 0 or self.progress() >= 1.0:
-                    self.check_finite()
-                    sums = {k: self.dist.sum(v.float()) for k, v in sums.items()}
-                    rec = self.log_record(sums, interval_steps, time.time() - interval_start, peak)
-                    if main:
-                        print(self.progress_line(rec), flush=True)
-                        log_file.write(json.dumps(rec) + "\n")
-                        log_file.flush()
-                    sums, interval_start, interval_steps = {}, time.time(), 0
-                for f in args.save_at:                     # Table 1-style compute checkpoints
-                    if self.progress() >= f and f not in self.saved_fractions:
-                        self.saved_fractions.append(f)
-                        self.save(f"ckpt_{f:g}.pt")
-                due = time.time() - last_ckpt > args.ckpt_every_min * 60
-                if (args.save_every and self.step % args.save_every == 0) or \
-                        self.dist.broadcast_float(float(due)):
-                    self.save()
-                    last_ckpt = time.time()
-        except KeyboardInterrupt:
-            self.save()
-            if main:
-                print(f"\ninterrupted at step {self.step}: saved {self.out / 'ckpt.pt'}; "
-                      "continue with --resume", file=sys.stderr)
-            return 130
-        finally:
-            if log_file:
-                log_file.close()
-            if isinstance(fetch, Prefetcher):
-                fetch.close()
-        self.save()
-        if main:
-            print(f"done: {self.step} steps, {self.flops:.3g} FLOPs, "
-                  f"{self.elapsed / 3600:.2f} h; saved {self.out / 'ckpt.pt'}")
-        return 0
-
-    def log_record(self, sums, steps, dt, peak):
-        """Read the accumulated statistics back from the device (the only host sync)."""
-        s = {k: v.float().cpu() for k, v in sums.items()}
-        w = self.dist.world
-        # None where the denominator is 0 (e.g. precision while D flags nothing): undefined
-        ratio = lambda k: (s[k][0] / s[k][1]).item() if k in s and s[k][1] > 0 else None
-        tok_s = steps * self.cfg.batch_size * self.cfg.seq_len / dt
-        mfu = hardware_flops_per_step(self.cfg, self.stage) * steps / dt / peak if peak else None
-        if self.args.hours:
-            left = self.args.hours * 3600 - self.elapsed
-        elif self.args.flops:
-            left = (self.args.flops - self.flops) / self.flops_per_step * dt / steps
-        else:
-            left = (self.args.max_steps - self.step) * dt / steps
-        return dict(step=self.step, mlm_loss=(s["mlm_loss"] / steps / w).item(),
-                    disc_loss=(s["disc_loss"] / steps / w).item() if "disc_loss" in s else None,
-                    gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
-                    disc_acc_replaced=ratio("replaced_correct"),
-                    disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
-                    flops=self.flops, elapsed_s=self.elapsed, eta_s=max(0.0, left),
-                    lr=self.lr(), model=self.cfg.model,
-                    objective="mlm" if self.cfg.model == "bert" else self.cfg.objective)
-
-    @staticmethod
-    def progress_line(r):
-        pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
-        disc = "" if r["disc_loss"] is None else \
-            f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} | replaced: " \
-            f"recall {pct(r['disc_acc_replaced'])} precision " \
-            f"{pct(r.get('disc_precision_replaced'))}"
-        eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
-            f"{r['eta_s'] / 86400:.1f}d"
-        return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}"
-                f"{disc} | {r['tokens_per_s']:,.0f} tok/s | mfu {pct(r['mfu'])} | "
-                f"{r['flops']:.2e} FLOPs | ETA {eta}")
 
 
 def parse_args(argv=None):
@@ -367,7 +112,7 @@ def main(argv=None):
     dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
     try:
         return _main(args, dist)
-    except (DataError, CheckpointError, DeviceError, TrainingDiverged) as e:
+    except (DataError, ConfigError, CheckpointError, DeviceError, TrainingDiverged) as e:
         if dist.main:
             print(f"error: {e}", file=sys.stderr)
         return 1
@@ -437,20 +182,19 @@ def _main(args, dist):
         for name in remove_stale_temporaries(out):
             say(f"removed {out / name}, left by a checkpoint write that was killed")
     torch.manual_seed(args.seed)        # initial weights; a resume restores the RNG state later
-    trainer = Trainer(cfg, args, device, data_dir, resume, dist)
-    g, d, shared, total = count_params(trainer.raw_model, cfg)
+    g, d, shared, total = count_params(cfg)
     say(f"{cfg.model}: D {d / 1e6:.2f}M params (incl. {shared / 1e6:.2f}M shared embeddings)"
         + (f", G {g / 1e6:.2f}M + shared" if cfg.model == "electra" else "")
-        + f", total {total / 1e6:.2f}M | {trainer.flops_per_step:.3g} training FLOPs/step"
+        + f", total {total / 1e6:.2f}M | {train_flops_per_step(cfg):.3g} training FLOPs/step"
         f" | device {device} x {dist.world} | data {data_dir} ({meta['train_tokens']:,} tokens)")
     if resume is not None:
-        say(f"resuming at step {trainer.step} ({trainer.elapsed / 3600:.2f} h done)")
+        say(f"resuming at step {resume['step']} ({resume['elapsed_s'] / 3600:.2f} h done)")
     budget = f"{args.hours:g} h" if args.hours else f"{args.flops:.3g} FLOPs" if args.flops \
         else f"{args.max_steps:,} steps"
     say(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
     # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    return trainer.run()
+    return train(cfg, args, device, data_dir, resume, dist)
 
 
 if __name__ == "__main__":

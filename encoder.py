@@ -91,11 +91,18 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, h, attn_mask=None):
+        """h (B, T, hidden) -> (B, T, hidden). attn_mask (B, 1, 1, T) bool, True where a key may
+        be attended to (padding may not), or None. Each head computes
+        softmax(q k^T / sqrt(d)) v over its d = hidden / heads dimensions; the heads' outputs
+        are concatenated and projected by `out`."""
+        # BEGIN ASSIGNMENT attention
         B, T, H = h.shape
+        # (B, T, 3 * H) -> three tensors of (B, heads, T, d): one matmul for q, k and v
         q, k, v = self.qkv(h).view(B, T, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.out(a.transpose(1, 2).reshape(B, T, H))
+        # END ASSIGNMENT attention
 
 
 class Block(nn.Module):

@@ -133,6 +133,7 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
         raise ValueError(f"unknown layer-decay rule {rule!r}: use 'official' or 'stated'")
     L = len(model.encoder.blocks)
     groups = {}
+    # BEGIN ASSIGNMENT layer_decay
     for name, p in model.named_parameters():
         if name.startswith("head."):
             depth = L + 2
@@ -145,6 +146,7 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
         g = groups.setdefault(power, {"params": [], "names": [], "lr": lr * decay ** power})
         g["params"].append(p)
         g["names"].append(name)
+    # END ASSIGNMENT layer_decay
     return [groups[k] for k in sorted(groups)]
 
 

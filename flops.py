@@ -33,6 +33,7 @@ def embedding_flops(vocab, emb, hidden, seq):
 
 def block_flops(hidden, heads, ffn, seq):
     """One Transformer block, per token (it attends over `seq` positions)."""
+    # BEGIN ASSIGNMENT flops
     attn = (3 * 2 * hidden * hidden + 3 * hidden        # q, k, v projections and biases
             + 2 * hidden * seq                          # q . k scores over all heads
             + (SOFTMAX + DROPOUT + 1) * seq * heads     # softmax, dropout, 1/sqrt(d) scale
@@ -43,6 +44,7 @@ def block_flops(hidden, heads, ffn, seq):
              + 2 * ffn * hidden + hidden                # down-projection, bias
              + (DROPOUT + 1 + LAYER_NORM) * hidden)
     return attn + ffn_f
+    # END ASSIGNMENT flops
 
 
 def mlm_head_flops(vocab, emb, hidden):

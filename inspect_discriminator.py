@@ -26,11 +26,11 @@ import torch
 from atomic import atomic_write
 from checkpoint import CheckpointError, load_checkpoint
 from config import Config
-from data import DataError, PretrainingData, load_meta, load_split, mask_tokens, \
-    read_documents, split_sentences
-from generator import sample
+from ablations import build_model
+from data import DataError, PretrainingData, load_meta, load_split, read_documents, \
+    split_sentences
 from glue import GlueError, matthews_corr, rank_average, read_split
-from objectives import build_model, corrupt
+from objectives import Masked, corrupt, mask_tokens, sample
 from tokenizer import Tokenizer
 import matplotlib
 matplotlib.use("Agg")                              # headless: never try to open a display
@@ -121,8 +121,8 @@ def g_corrupt(model, tok, cfg, x, pad_mask, seg, g):
     m = mask_tokens(x, (tok.pad_id, tok.cls_id, tok.sep_id), tok.mask_id,
                     min(cfg.n_slots, x.shape[1]), cfg.mask_prob, generator=g)
     kw = {} if seg is None else dict(segment_ids=seg)
-    x_hat = sample(model.generator(m["x_masked"], m["positions"], pad_mask, **kw), generator=g)
-    return (*corrupt(x, m["positions"], x_hat, m["weights"]), m)
+    x_hat = sample(model.generator(m.x_masked, m.positions, pad_mask, **kw), generator=g)
+    return (*corrupt(x, m, x_hat), m)
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -191,7 +191,8 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128):
     logits = model.generator(x_masked, m)               # (1, K, V): p_G only at m
     top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
     x_hat = sample(logits, generator=torch.Generator().manual_seed(seed))     # x̂_i ~ p_G
-    x_corrupt, is_replaced = corrupt(x, m, x_hat, torch.ones(m.shape))
+    x_corrupt, is_replaced = corrupt(x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)),
+                                     x_hat)
     return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
                 x_corrupt=x_corrupt, is_replaced=is_replaced,
                 p_replaced=p_replaced(model, x_corrupt))
@@ -381,8 +382,8 @@ def scoring(model, tok, cfg, sents, n, seed):
     for idx, x, pad_mask, _ in batches(orig, tok.pad_id):
         xc, _, m = g_corrupt(model, tok, cfg, x, pad_mask, None, g)
         # the random variant puts uniform non-special tokens at G's positions: same edits
-        r = torch.randint(0, cfg.vocab_size - 4, m["positions"].shape, generator=g)
-        xr = x.scatter(1, m["positions"], torch.where(m["weights"] > 0, r, m["targets"]))
+        r = torch.randint(0, cfg.vocab_size - 4, m.positions.shape, generator=g)
+        xr = x.scatter(1, m.positions, torch.where(m.weights > 0, r, m.targets))
         for row, i in enumerate(idx):
             gen[i], rnd[i] = xc[row, :len(orig[i])].tolist(), xr[row, :len(orig[i])].tolist()
     shuf = [encode(tok, " " + " ".join(rng.permutation(tok.decode(s[1:-1]).split())),

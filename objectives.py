@@ -1,28 +1,169 @@
-"""Pre-training objectives: ELECTRA's replaced token detection (§2) and BERT's MLM (§3.3).
+"""The algorithm of the paper, §2 and Figure 2, in the paper's order - read this file first.
 
-The objective is kept apart from the networks (as in lucidrains/electra-pytorch): G and D are
-any masked LM and any per-token classifier. That makes BERT-Small a different objective over
-the same pieces, not a second implementation.
+ELECTRA trains two networks, a generator G (generator.py) and a discriminator D
+(discriminator.py), with one training step of three lines:
 
-ELECTRA, one training step, in the paper's order (§2, Figure 2):
+    1. mask       m_i ~ unif{1, n} for i = 1..k           x_masked  = REPLACE(x, m, [MASK])
+    2. corrupt    x̂_i ~ p_G(x_i | x_masked) for i in m    x_corrupt = REPLACE(x, m, x̂)
+    3. learn      min_{θG, θD}  L_MLM(x, θG) + λ L_Disc(x, θD)        with λ = 50
 
-    m_i ~ unif{1, n} for i = 1..k            x_masked  = REPLACE(x, m, [MASK])     (data.py)
-    x̂_i ~ p_G(x_i | x_masked) for i in m    x_corrupt = REPLACE(x, m, x̂)
-    min_{θG, θD}  L_MLM(x, θG) + λ L_Disc(x, θD)        with λ = 50 (Appendix A)
+with k = ⌈0.15 n⌉ (15 % of the tokens are masked) and the two losses
 
-λ is large because L_Disc is a binary cross-entropy over 128 mostly easy tokens, much smaller
-than a 30k-way MLM loss (Appendix A, footnote 8); 50 balances the two gradients.
+    L_MLM(x, θG)  = E[ sum_{i in m} -log p_G(x_i | x_masked) ]
+    L_Disc(x, θD) = E[ sum_{t=1..n} -1(x_corrupt_t = x_t) log D(x_corrupt, t)
+                                    -1(x_corrupt_t != x_t) log(1 - D(x_corrupt, t)) ]
+
+This file holds exactly those pieces, top to bottom: `mask_tokens` (line 1, returning the
+`Masked` structure), `sample` and `corrupt` (line 2), `mlm_loss`, `disc_loss` and the ELECTRA
+module that adds them with weight λ (line 3). Then BERT (§3.3), the baseline: line 1 and L_MLM
+only. The networks themselves are elsewhere, so the objective stays separate from the
+architecture (as in lucidrains/electra-pytorch): BERT-Small and the ablations of ablations.py
+are small changes here, not copies of the model.
+
+Imports flow one way: encoder <- generator, discriminator <- objectives <- ablations <- trainer.
 """
+from typing import NamedTuple
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from discriminator import Discriminator, disc_loss
+from discriminator import Discriminator
 from encoder import Embeddings, init_weights
-from generator import Generator, mlm_loss, sample
+from generator import Generator
 
 
-def shared_embeddings(cfg):
-    return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)
+# ============================================================================ 1. mask
+
+class Masked(NamedTuple):
+    """The masked positions m of a batch and what the generator sees: the output of line 1.
+
+    Every batch has the same number K of mask slots per sequence (19 for 128 tokens, as the
+    official code), so every tensor has a static shape whatever the sentence lengths; a short
+    sequence leaves some slots unused (weight 0)."""
+    x_masked: torch.Tensor    # (B, T) x with the chosen positions replaced: G's (or BERT's) input
+    positions: torch.Tensor   # (B, K) m, the chosen positions (unused slots repeat some position)
+    targets: torch.Tensor     # (B, K) x_i at those positions: the labels of L_MLM
+    weights: torch.Tensor     # (B, K) 1.0 for a used slot, 0.0 for an unused one
+
+    def to(self, device, non_blocking=False):
+        return Masked(*(t.to(device, non_blocking=non_blocking) for t in self))
+
+
+def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
+    """K, the fixed number of mask slots: int((0.15 + 0.005) * 128) = 19, as the official code."""
+    return int((mask_prob + 0.005) * seq_len)
+
+
+def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
+                random_prob=0.0, n_random=None, generator=None) -> Masked:
+    """Line 1: choose m, k = round(mask_prob * n) of the n real tokens of each sequence, uniformly
+    at random, and build x_masked = REPLACE(x, m, [MASK]).
+
+    Special tokens ([CLS], [SEP], padding, listed in special_ids) are never chosen: they carry
+    no word to predict. Of the chosen positions, a share `replace_prob` shows [MASK], a share
+    `random_prob` a random token id below n_random, and the rest keep their token. ELECTRA
+    uses 85 % / 0 % / 15 % (the official code: G must also predict some unmasked tokens, which
+    keeps its predictions sensible where no [MASK] is shown); BERT uses 80 % / 10 % / 10 %."""
+    # BEGIN ASSIGNMENT mask
+    B, T = x.shape
+    is_real = torch.ones_like(x, dtype=torch.bool)
+    for s in special_ids:
+        is_real &= x != s
+    n = is_real.sum(1)
+    k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
+    # A uniformly random k-subset of the real tokens: give each real token a uniform score,
+    # every special token -1, and take the K best. The first k of them are a uniform sample
+    # (topk sorts by score, so "the k best" is a prefix of the K slots).
+    scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
+    positions = scores.topk(n_slots, dim=1).indices
+    weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
+    targets = torch.gather(x, 1, positions)
+    # What each chosen position shows the network: [MASK], a random token, or itself.
+    u = torch.rand(B, n_slots, generator=generator, device=x.device)
+    shown = torch.where(u < replace_prob, torch.full_like(targets, mask_id), targets)
+    if random_prob > 0:
+        rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
+        shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
+    shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
+    return Masked(x.scatter(1, positions, shown), positions, targets, weights)
+    # END ASSIGNMENT mask
+
+
+# ============================================================================ 2. sample and corrupt
+
+def sample(logits, generator: torch.Generator = None):
+    """x̂_i ~ p_G(x_i | x_masked): one token per slot from softmax(logits), temperature 1.
+
+    We invert the CDF: turn each slot's logits into probabilities, take their running sum (the
+    CDF), draw one u ~ U(0, 1) per slot and return the first token whose CDF exceeds u. Token i
+    is returned exactly when CDF(i-1) <= u < CDF(i), which has probability p_i: an exact sample.
+
+    The official code uses the Gumbel-max trick, argmax(logits + Gumbel noise), also exact. It
+    needs one random number per *vocabulary entry* (B x K x 30522 of them): on a CPU that alone
+    took ~20 % of a small model's training step, against one number per slot here.
+
+    Sampling is not differentiable, and §2 trains G by maximum likelihood only ("we don't
+    back-propagate the discriminator loss through the generator"), so the logits are detached.
+    Probabilities are float32 so bf16 rounding cannot bias the sample; u is scaled by the CDF's
+    last entry, which float rounding leaves a hair off 1."""
+    # BEGIN ASSIGNMENT sample
+    cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum_(dim=-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, generator=generator)
+    x_hat = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
+    return x_hat.clamp_(max=cdf.shape[-1] - 1)      # u * CDF[-1] < CDF[-1]: never needed, safe
+    # END ASSIGNMENT sample
+
+
+def corrupt(x, masked: Masked, x_hat):
+    """x_corrupt = REPLACE(x, m, x̂) and its labels is_replaced, both (B, T).
+
+    Every used slot takes the generator's sample (also the 15 % of positions G saw unmasked, as
+    in the official code); unused slots write back the original token. A sample that equals the
+    original is "real" (§2: "if the generator happens to generate the correct token, that token
+    is considered 'real' instead of 'fake'"), so the labels compare x_corrupt with x rather than
+    asking "was this position in m". Early in training, when G is poor, the two hardly differ;
+    later G is right ~60 % of the time, and labelling those tokens "replaced" would teach D to
+    flag perfectly good text."""
+    # BEGIN ASSIGNMENT corrupt
+    x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)
+    x_corrupt = x.scatter(1, masked.positions, x_hat)
+    return x_corrupt, x_corrupt != x
+    # END ASSIGNMENT corrupt
+
+
+# ============================================================================ 3. the losses
+
+def mlm_loss(logits, targets, weights):
+    """L_MLM: the mean over the used mask slots of -log p_G(x_i | x_masked).
+
+    logits (B, K, V) at the masked positions; targets (B, K) the original tokens x_i; weights
+    (B, K) 1.0 for a used slot, 0.0 for an unused one. The paper writes a sum over m under an
+    expectation; like the official code we average over the used slots, so the loss does not
+    depend on how many there are. The softmax is computed in float32 even under bf16 autocast:
+    log-probabilities over 30k classes need the precision."""
+    # BEGIN ASSIGNMENT mlm_loss
+    nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return (nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)
+    # END ASSIGNMENT mlm_loss
+
+
+def disc_loss(logits, is_replaced, mask=None):
+    """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
+    tokens in `mask` - every non-padding token, [CLS] and [SEP] included, as the official code.
+
+    D's logit scores "replaced" (discriminator.py), so D(x, t) = 1 - sigmoid(logit_t) is the
+    probability of "real", and the two terms of L_Disc are one cross-entropy. The sum runs over
+    *all* tokens, not only the masked ~15 %: that, more than anything else, is where ELECTRA's
+    efficiency comes from (§3.5). The "ELECTRA 15%" ablation passes the masked positions as
+    `mask` instead, to show it."""
+    # BEGIN ASSIGNMENT disc_loss
+    bce = F.binary_cross_entropy_with_logits(logits.float(), is_replaced.float(), reduction="none")
+    if mask is None:
+        return bce.mean()
+    w = mask.float()
+    return (bce * w).sum() / w.sum().clamp(min=1.0)
+    # END ASSIGNMENT disc_loss
 
 
 def masked_accuracy(logits, targets, weights):
@@ -30,21 +171,25 @@ def masked_accuracy(logits, targets, weights):
     return ((logits.argmax(-1) == targets).float() * weights).sum(), weights.sum()
 
 
-def corrupt(x, positions, x_hat, weights):
-    """x_corrupt = REPLACE(x, m, x̂) and its labels. Every used slot takes the generator's
-    sample (also the 15 % of positions G saw unmasked, as in the official code); unused slots
-    write back the original token. A sample equal to the original is "real" (§2), so the
-    labels compare x_corrupt with x, not "was this position in m"."""
-    x_hat = torch.where(weights > 0, x_hat, torch.gather(x, 1, positions))
-    x_corrupt = x.scatter(1, positions, x_hat)
-    return x_corrupt, x_corrupt != x
+def real_tokens(x, pad_mask=None):
+    """(B, T) bool, True on every token that is not padding."""
+    return torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
+
+
+def shared_embeddings(cfg):
+    return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)
 
 
 class ELECTRA(nn.Module):
     """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2).
 
-    forward() is the paper's three lines; generate() and discriminate() are the two halves that
-    the ablations in ablations.py replace (a different generator, a different D objective)."""
+    forward() is lines 2-3 of the algorithm (line 1, masking, runs on the CPU while the previous
+    step computes: the trainer calls mask_tokens). generate() and discriminate() are its two
+    halves; the ablations in ablations.py override one of them, or one of the hooks at the end,
+    and the trainer never needs to know which model it trains."""
+
+    # How line 1 shows the chosen positions (mask_tokens): 85 % [MASK], 15 % kept, as official.
+    masking = dict(replace_prob=0.85, random_prob=0.0)
 
     def __init__(self, cfg):
         super().__init__()
@@ -60,35 +205,42 @@ class ELECTRA(nn.Module):
     def make_discriminator(self, cfg, embeddings):
         return Discriminator(cfg.disc, embeddings)
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
-        # pad_mask (True on real tokens) and segment_ids (0 for sentence A, 1 for B) describe the
-        # input for both networks; they travel together as `inp`.
+    def forward(self, x, masked: Masked, pad_mask=None, segment_ids=None):
+        """One step of §2 on a batch: returns L_MLM + λ L_Disc and statistics for the log.
+        pad_mask (True on real tokens) and segment_ids (0 for sentence A, 1 for B) describe
+        the input of both networks; they travel together as `inp`."""
         inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
-        # 1. The generator reads x_masked and predicts the masked tokens: L_MLM, and samples x̂.
-        loss_mlm, x_hat, stats = self.generate(x_masked, positions, targets, weights, **inp)
-        # 2. x_corrupt: discrete, built under no_grad - no gradient from L_Disc reaches G (§2).
+        # BEGIN ASSIGNMENT joint_loss
+        # G reads x_masked and predicts the masked tokens: L_MLM, and its samples x̂.
+        loss_mlm, x_hat, stats = self.generate(masked, **inp)
+        # x_corrupt is discrete and built without gradient: nothing of L_Disc reaches G (§2).
         with torch.no_grad():
-            x_corrupt, is_replaced = corrupt(x, positions, x_hat, weights)
-        # 3. The discriminator labels every token of x_corrupt: L_Disc over all positions.
-        loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, positions, targets,
-                                                  weights, **inp)
+            x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+        # D labels every token of x_corrupt, and L_Disc sums over t = 1..n: all real tokens are
+        # scored, not only the ~15 % in m - the source of ELECTRA's efficiency (§3.5).
+        scored = real_tokens(x, pad_mask)
+        loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
+                                                  **inp)
+        # λ = 50 because L_Disc, a binary cross-entropy over mostly easy tokens, is much smaller
+        # than a 30k-way L_MLM (Appendix A); 50 balances the two gradients.
         loss = loss_mlm + self.disc_weight * loss_disc
+        # END ASSIGNMENT joint_loss
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
 
-    def generate(self, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
-        gen_logits = self.generator(x_masked, positions, pad_mask, segment_ids)
-        x_hat = sample(gen_logits)                          # argmax: no gradient through it
-        return mlm_loss(gen_logits, targets, weights), x_hat, \
-            dict(gen_correct=masked_accuracy(gen_logits.detach(), targets, weights))
+    def generate(self, masked: Masked, pad_mask=None, segment_ids=None):
+        """L_MLM, the samples x̂ and G's accuracy: the generator's half of the step."""
+        gen_logits = self.generator(masked.x_masked, masked.positions, pad_mask, segment_ids)
+        x_hat = sample(gen_logits)
+        return mlm_loss(gen_logits, masked.targets, masked.weights), x_hat, \
+            dict(gen_correct=masked_accuracy(gen_logits.detach(), masked.targets, masked.weights))
 
-    def discriminate(self, x, x_corrupt, is_replaced, positions, targets, weights, pad_mask=None,
-                     segment_ids=None, loss_mask=None):
-        """L_Disc over the non-padding tokens (or over `loss_mask`, for ELECTRA 15%);
-        returns the loss, statistics, and D's logits."""
+    def discriminate(self, x, x_corrupt, is_replaced, masked: Masked, scored, pad_mask=None,
+                     segment_ids=None):
+        """D's half of the step: L_Disc over the tokens in `scored` (B, T); returns the loss,
+        statistics, and D's logits. The statistics count every real token."""
         logits = self.discriminator(x_corrupt, pad_mask, segment_ids)
-        real = torch.ones_like(is_replaced) if pad_mask is None else pad_mask
-        loss_mask = real if loss_mask is None else loss_mask
-        loss = disc_loss(logits, is_replaced, loss_mask)
+        real = real_tokens(x, pad_mask)
+        loss = disc_loss(logits, is_replaced, scored)
         with torch.no_grad():                               # statistics for the progress line
             # Accuracy alone hides the plateau: "everything is real" already scores ~85-93 %.
             # Recall (replaced tokens D catches) and precision (flagged tokens that really were
@@ -101,30 +253,37 @@ class ELECTRA(nn.Module):
                          replaced_flagged=(caught, flagged.float().sum()))
         return loss, stats, logits
 
+    # -- hooks for the trainer: the ablations that change training itself override these ---
+    stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
+
+    def schedule_progress(self, progress):
+        """The fraction of the learning-rate schedule reached at `progress` of the budget."""
+        return progress
+
+    def on_progress(self, progress):
+        """Called before every step; True if the model changed which parameters train (the
+        trainer then re-wraps it for data parallelism and recounts FLOPs)."""
+        return False
+
 
 class BERT(nn.Module):
     """BERT-Small (§3.3): "the same hyperparameters" and D's exact shape, trained by masked
-    language modelling alone - which is the generator class at the discriminator's size.
-    data.py masks its inputs 80 % [MASK] / 10 % random / 10 % kept. Fine-tuning keeps
+    language modelling alone - line 1 and L_MLM, with the generator class at D's size. BERT
+    shows its chosen positions 80 % [MASK] / 10 % random / 10 % kept. Fine-tuning keeps
     `mlm.embeddings` and `mlm.encoder`, exactly as it keeps D's for ELECTRA."""
+
+    masking = dict(replace_prob=0.8, random_prob=0.1)
+    stage = None
+    schedule_progress, on_progress = ELECTRA.schedule_progress, ELECTRA.on_progress
 
     def __init__(self, cfg):
         super().__init__()
         self.mlm = Generator(cfg.disc, shared_embeddings(cfg))
         self.apply(init_weights)
 
-    def forward(self, x, x_masked, positions, targets, weights, pad_mask=None, segment_ids=None):
-        logits = self.mlm(x_masked, positions, pad_mask, segment_ids)
-        loss = mlm_loss(logits, targets, weights)
-        return loss, dict(mlm_loss=loss,
-                          gen_correct=masked_accuracy(logits.detach(), targets, weights))
-
-
-def build_model(cfg, unigram_counts=None):
-    """The pre-training model a config describes: BERT, ELECTRA, or one of the ablations."""
-    if cfg.model == "bert":
-        return BERT(cfg)
-    if cfg.objective == "electra" and cfg.generator == "mlm" and not cfg.two_stage:
-        return ELECTRA(cfg)
-    import ablations                                        # the paper's stepping stones
-    return ablations.build(cfg, unigram_counts)
+    def forward(self, x, masked: Masked, pad_mask=None, segment_ids=None):
+        logits = self.mlm(masked.x_masked, masked.positions, pad_mask, segment_ids)
+        loss = mlm_loss(logits, masked.targets, masked.weights)
+        return loss, dict(mlm_loss=loss, gen_correct=masked_accuracy(logits.detach(),
+                                                                     masked.targets,
+                                                                     masked.weights))

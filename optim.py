@@ -61,6 +61,7 @@ class AdamWeightDecay(torch.optim.Optimizer):
                 state["step"] += 1                       # kept for inspection; the rule ignores it
             m = [self.state[p]["exp_avg"] for p in params]
             v = [self.state[p]["exp_avg_sq"] for p in params]
+            # BEGIN ASSIGNMENT adam
             # The _foreach_ ops apply one elementwise op to a whole list of tensors at once:
             # the same arithmetic as a loop over parameters, in far fewer kernel launches.
             torch._foreach_lerp_(m, grads, 1 - b1)                   # m ← β1 m + (1-β1) g
@@ -72,6 +73,7 @@ class AdamWeightDecay(torch.optim.Optimizer):
             if wd:                                                   # + w θ, decoupled
                 torch._foreach_add_(update, params, alpha=wd)
             torch._foreach_add_(params, update, alpha=-lr)           # θ ← θ - η · update
+            # END ASSIGNMENT adam
         return loss
 
 

@@ -3,7 +3,7 @@
 Paper §2 (the objective) trained twice, side by side: our ELECTRA (objectives.py) and Hugging
 Face's ElectraForMaskedLM + ElectraForPreTraining wired as bench.HFElectra wires them (shared
 embeddings, L_MLM + λ L_Disc). Both get the *same* batches from a prepared corpus, masked with
-the same random positions (data.mask_tokens), the same config, optimizer and learning-rate
+the same random positions (objectives.mask_tokens), the same config, optimizer and learning-rate
 schedule, and their losses are printed side by side. Two independent implementations that
 learn alike are evidence that neither has a bug that slows learning; a gap points at one.
 
@@ -28,9 +28,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch
 
 from config import SIZES, Config, lr_at
-from data import DataError, PretrainingData, mask_tokens
-from electra_small import make_optimizer, training_step
-from objectives import build_model
+from ablations import build_model
+from data import DataError, PretrainingData
+from objectives import mask_tokens
+from train import make_optimizer, training_step
 
 
 def run(args):
@@ -62,7 +63,7 @@ def run(args):
                              generator=data.mask_generator())
         lr = lr_at((step - 1) / args.steps, cfg)
         for name, model in models.items():
-            s = training_step(model, opts[name], dict(**batch, **masked), lr, cfg, device,
+            s = training_step(model, opts[name], dict(**batch, masked=masked), lr, cfg, device,
                               args.precision)
             acc = sums.setdefault(name, {"mlm": 0.0, "disc": 0.0, "caught": 0.0, "rep": 0.0})
             acc["mlm"] += float(s["mlm_loss"].detach())

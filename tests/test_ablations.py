@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import ablations
-from electra_small import SIZES, Config
+from config import SIZES, Config
 from flops import train_flops_per_step
-from objectives import build_model
+from ablations import build_model
 
 MASK = 99
 
@@ -17,11 +17,11 @@ def cfg_(**kw):
 
 
 def batch(cfg, B=3, seed=0):
-    from data import mask_tokens
+    from objectives import mask_tokens
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 96, (B, cfg.seq_len), generator=g)
     x[:, 0], x[:, -1] = 97, 98
-    return dict(x=x, **mask_tokens(x, (96, 97, 98), MASK, cfg.n_slots, generator=g))
+    return dict(x=x, masked=mask_tokens(x, (96, 97, 98), MASK, cfg.n_slots, generator=g))
 
 
 def leaf_logits(model, b):
@@ -37,7 +37,7 @@ def test_electra15_ignores_unmasked_positions():
     logits = leaf_logits(model, b)
     _, stats = model(**b)
     stats["disc_loss"].backward()
-    in_m = torch.zeros_like(b["x"], dtype=torch.bool).scatter(1, b["positions"], b["weights"] > 0)
+    in_m = torch.zeros_like(b["x"], dtype=torch.bool).scatter(1, b["masked"].positions, b["masked"].weights > 0)
     assert (logits.grad[~in_m] == 0).all() and (logits.grad[in_m] != 0).all()
     # ... while plain ELECTRA reads every position
     model = build_model(cfg_())
@@ -57,7 +57,7 @@ def test_replace_mlm_sees_samples_not_mask_tokens():
         return inner(x_in, positions, pad_mask, segment_ids)
     model.discriminator.forward = spy
     loss, stats = model(**b)
-    assert (b["x_masked"] == MASK).any() and not (seen["x"] == MASK).any()
+    assert (b["masked"].x_masked == MASK).any() and not (seen["x"] == MASK).any()
     assert torch.allclose(loss, stats["mlm_loss"] + stats["disc_loss"])     # λ = 1
 
 
@@ -91,10 +91,10 @@ def test_copy_mechanism_is_a_distribution_and_the_loss_uses_it():
 def test_unigram_generator_samples_by_corpus_frequency():
     counts = torch.zeros(100)
     counts[5], counts[7] = 3.0, 1.0
-    model = ablations.build(cfg_(generator="unigram"), counts)
+    model = ablations.UnigramELECTRA(cfg_(generator="unigram"), counts)
     b = batch(cfg_(), B=200)
     torch.manual_seed(0)
-    loss_mlm, x_hat, _ = model.generate(b["x_masked"], b["positions"], b["targets"], b["weights"], None)
+    loss_mlm, x_hat, _ = model.generate(b["masked"])
     assert loss_mlm == 0 and set(x_hat.unique().tolist()) == {5, 7}
     assert abs((x_hat == 5).float().mean().item() - 0.75) < 0.03
     assert not any(p.requires_grad for p in model.generator.parameters())
@@ -122,7 +122,7 @@ def test_two_stage_initialises_d_from_g_and_freezes_g(tmp_path):
     state = model.state_dict()
     again = build_model(cfg)
     again.load_state_dict(state)
-    assert again.current_stage == 2
+    assert again.stage == 2
     assert torch.equal(again.generator.embeddings.token.weight, before["embeddings.token.weight"])
     assert torch.equal(again.discriminator.embeddings.token.weight,
                        model.discriminator.embeddings.token.weight)
@@ -153,6 +153,5 @@ def test_bert_needs_1_45x_the_steps_for_table1_flops():
     (dict(generator="unigram", objective="electra15"), "combine"),
 ])
 def test_incompatible_flags_are_refused(kw, message):
-    from data import DataError
-    with pytest.raises(DataError, match=message):
-        ablations.build(cfg_(**kw))
+    with pytest.raises(ablations.ConfigError, match=message):
+        ablations.build_model(cfg_(**kw))

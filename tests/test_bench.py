@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from electra_small import SIZES, Config
+from config import SIZES, Config
 
 
 def test_bench_command_line_writes_positive_numbers(tmp_path):
@@ -77,7 +77,7 @@ def test_hf_loss_and_replaced_labels():
     assert loss.item() == pytest.approx((stats["mlm_loss"] + 50 * stats["disc_loss"]).item())
     x, xc, lab = b["x"], stats["x_corrupt"], stats["is_replaced"]
     assert torch.equal(lab.bool(), xc != x)                    # labels compare with the original
-    used = torch.zeros_like(x, dtype=torch.bool).scatter(1, b["positions"], b["weights"] > 0)
+    used = torch.zeros_like(x, dtype=torch.bool).scatter(1, b["masked"].positions, b["masked"].weights > 0)
     assert not (xc != x)[~used].any()                          # only used mask slots change
     assert lab.sum() > 0                                       # a random G mostly replaces
     loss.backward()

@@ -98,24 +98,25 @@ def test_masking_never_picks_padding_and_padding_is_not_scored(data_dir):
     import torch
     from config import SIZES, Config
     from dataclasses import replace
-    from objectives import build_model
+    import objectives
+    from ablations import build_model
     d = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=2)
     b = d.next_batch()
     b["pad_mask"][:, 40:] = False                        # force padding into every row
     b["x"] = b["x"].masked_fill(~b["pad_mask"], d.pad)
-    m = data.mask_tokens(b["x"], (d.pad, d.cls, d.sep), d.meta["mask_id"], 10,
+    m = objectives.mask_tokens(b["x"], (d.pad, d.cls, d.sep), d.meta["mask_id"], 10,
                          generator=torch.Generator().manual_seed(0))
-    used = m["positions"][m["weights"] > 0]
+    used = m.positions[m.weights > 0]
     assert (used < 40).all()
     cfg = replace(Config(), **SIZES["tiny"], vocab_size=d.meta["vocab_size"])
     model = build_model(cfg)
     torch.manual_seed(0)
-    _, s1 = model(**b, **m)
+    _, s1 = model(**b, masked=m)
     # changing what sits under the padding changes nothing: it is neither read nor scored
     b2 = dict(b, x=b["x"].masked_fill(~b["pad_mask"], 7))
-    m2 = dict(m, x_masked=m["x_masked"].masked_fill(~b["pad_mask"], 7))
+    m2 = m._replace(x_masked=m.x_masked.masked_fill(~b["pad_mask"], 7))
     torch.manual_seed(0)
-    _, s2 = model.eval()(**b2, **m2) if False else model(**b2, **m2)
+    _, s2 = model(**b2, masked=m2)
     assert torch.allclose(s1["disc_loss"], s2["disc_loss"], atol=1e-5)
     assert s1["disc_correct"][1] == b["pad_mask"].sum()
 

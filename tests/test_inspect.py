@@ -12,7 +12,7 @@ from checkpoint import save_checkpoint
 from config import SIZES, Config
 from conftest import SHARED, run_cli
 from data import load_tokenizer
-from objectives import build_model
+from ablations import build_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

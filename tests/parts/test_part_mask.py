@@ -1,8 +1,8 @@
-"""Masking (§2, footnote 3; Appendix A): k = round(0.15 n) real positions per sequence, never a
+"""Part 1, mask (objectives.mask_tokens). Masking (§2, footnote 3; Appendix A): k = round(0.15 n) real positions per sequence, never a
 special token, 85 % [MASK] / 15 % kept for ELECTRA, 80/10/10 for BERT; static shapes."""
 import torch
 
-from data import mask_slots, mask_tokens
+from objectives import mask_tokens
 
 PAD, CLS, SEP, MASK = 96, 97, 98, 99
 SPECIAL = (PAD, CLS, SEP)
@@ -19,10 +19,6 @@ def batch(B=256, T=128, lengths=None, seed=0):
     return x
 
 
-def test_slot_count_is_the_official_19():
-    assert mask_slots(128) == 19
-
-
 def test_exactly_k_real_positions_per_sequence_never_special():
     g = torch.Generator().manual_seed(1)
     lengths = torch.randint(4, 129, (300,), generator=g)
@@ -30,26 +26,26 @@ def test_exactly_k_real_positions_per_sequence_never_special():
     out = mask_tokens(x, SPECIAL, MASK, 19, generator=g)
     n_real = lengths - 2
     k = torch.clamp(torch.floor(0.15 * n_real + 0.5), min=1).minimum(n_real).clamp(max=19)
-    assert torch.equal(out["weights"].sum(1).long(), k.long())
+    assert torch.equal(out.weights.sum(1).long(), k.long())
     for i in range(300):
-        used = out["positions"][i][out["weights"][i] > 0]
+        used = out.positions[i][out.weights[i] > 0]
         assert len(set(used.tolist())) == len(used), "a position was chosen twice"
         assert all(x[i, p].item() not in SPECIAL for p in used), "a special token was masked"
     # targets are the original tokens at the chosen positions
-    assert torch.equal(out["targets"], torch.gather(x, 1, out["positions"]))
+    assert torch.equal(out.targets, torch.gather(x, 1, out.positions))
     # unused slots change nothing; x_masked differs from x only at used slots
-    changed = (out["x_masked"] != x)
+    changed = (out.x_masked != x)
     allowed = torch.zeros_like(changed)
-    allowed.scatter_(1, out["positions"], out["weights"] > 0)
+    allowed.scatter_(1, out.positions, out.weights > 0)
     assert not (changed & ~allowed).any()
 
 
 def test_electra_85_15_split_and_no_random_tokens():
     x = batch(2000)
     out = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(2))
-    used = out["weights"] > 0
-    shown = torch.gather(out["x_masked"], 1, out["positions"])[used]
-    orig = out["targets"][used]
+    used = out.weights > 0
+    shown = torch.gather(out.x_masked, 1, out.positions)[used]
+    orig = out.targets[used]
     frac_mask = (shown == MASK).float().mean().item()
     frac_kept = (shown == orig).float().mean().item()
     assert abs(frac_mask - 0.85) < 0.01 and abs(frac_kept - 0.15) < 0.01
@@ -60,9 +56,9 @@ def test_bert_80_10_10_split():
     x = batch(2000)
     out = mask_tokens(x, SPECIAL, MASK, 19, replace_prob=0.8, random_prob=0.1, n_random=90,
                       generator=torch.Generator().manual_seed(3))
-    used = out["weights"] > 0
-    shown = torch.gather(out["x_masked"], 1, out["positions"])[used]
-    orig = out["targets"][used]
+    used = out.weights > 0
+    shown = torch.gather(out.x_masked, 1, out.positions)[used]
+    orig = out.targets[used]
     is_mask = shown == MASK
     is_kept = shown == orig
     # a random token equal to the original looks "kept": 1/90 of the 10 % random ones
@@ -77,15 +73,15 @@ def test_masks_are_fresh_each_time_but_reproducible_from_a_seed():
     a = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5))
     b = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5))
     c = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(6))
-    assert torch.equal(a["positions"], b["positions"])
-    assert not torch.equal(a["positions"], c["positions"])
+    assert torch.equal(a.positions, b.positions)
+    assert not torch.equal(a.positions, c.positions)
 
 
 def test_positions_are_uniform_over_real_tokens():
     x = batch(8000, 32)
-    out = mask_tokens(x, SPECIAL, MASK, mask_slots(32), generator=torch.Generator().manual_seed(7))
+    out = mask_tokens(x, SPECIAL, MASK, 5, generator=torch.Generator().manual_seed(7))
     counts = torch.zeros(32)
-    counts.index_add_(0, out["positions"][out["weights"] > 0], torch.ones(int(out["weights"].sum())))
+    counts.index_add_(0, out.positions[out.weights > 0], torch.ones(int(out.weights.sum())))
     real = counts[1:-1]
     assert counts[0] == 0 and counts[-1] == 0
     # each count is binomial-like: within 5 standard deviations of the mean

@@ -1,0 +1,254 @@
+"""Course assignments from this project: a student copy with chosen functions left to write.
+
+Eleven functions of the reference code, covering the paper's §2 (the algorithm), §3.5 (one
+ablation), Appendix A (the optimizer, layer-wise decay) and Appendix E (the FLOP count), are
+marked in the source between `# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT <part>`.
+
+    python make_assignment.py --out ../electra-student                  # all eleven parts
+    python make_assignment.py --out ../hw1 --parts mask,sample,corrupt  # a first homework
+    python make_assignment.py --list                                    # the parts
+
+writes a copy of the project in which each chosen part's body is `raise NotImplementedError`
+with a short hint, an ASSIGNMENTS.md with each part's statement (the paper's equation, the
+function's contract, the tests that grade it, a question to think about), and the grading tests
+in tests/parts/, one file per part: `python -m pytest tests/parts/test_part_mask.py` grades one
+part. In the copy, the tests of blanked parts fail and all others pass; a part is done when its
+file passes. tests/test_assignments.py checks exactly that, on the reference and on copies.
+"""
+import argparse
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+MARK = re.compile(r"^(\s*)# (BEGIN|END) ASSIGNMENT (\w+)\s*$")
+
+
+@dataclass
+class Part:
+    name: str
+    title: str
+    where: str          # file: function
+    section: str        # the paper's section
+    equation: str
+    contract: str
+    hint: str           # the one line left in the code
+    question: str
+
+
+PARTS = [
+    Part("mask", "Choose the positions to mask", "objectives.py: mask_tokens", "§2, Appendix A",
+         "m_i ~ unif{1, n} for i = 1..k, k = round(0.15 n);  x_masked = REPLACE(x, m, [MASK])",
+         "x (B, T) ids -> Masked(x_masked, positions, targets, weights): k positions per row, "
+         "never a special token, in K fixed slots (unused slots weight 0); of the chosen, "
+         "replace_prob show [MASK], random_prob a random id below n_random, the rest themselves.",
+         "give every real token a random score and take the top K; weight the first k",
+         "Why does ELECTRA keep 15 % of the chosen tokens unmasked instead of BERT's 10/10 split?"),
+    Part("sample", "Sample from the generator", "objectives.py: sample", "§2",
+         "x̂_i ~ p_G(x_i | x_masked) = softmax(logits)  (temperature 1)",
+         "logits (..., V) -> int64 ids (...), one exact sample per row, no gradient; the same "
+         "`generator` seed gives the same samples.",
+         "the Gumbel-max trick: argmax(logits - log(-log U)), U ~ U(0, 1)",
+         "Why sample at all - what would D learn if G's argmax filled every masked position?"),
+    Part("corrupt", "Build x_corrupt and its labels", "objectives.py: corrupt", "§2",
+         "x_corrupt = REPLACE(x, m, x̂);  is_replaced_t = 1(x_corrupt_t != x_t)",
+         "x (B, T), masked, x_hat (B, K) -> (x_corrupt (B, T), is_replaced (B, T) bool). Unused "
+         "slots change nothing; a sample equal to the original is real.",
+         "scatter the samples of used slots into x; compare with x",
+         "Early in training G is almost never right. Late in training it is right ~60 % of the "
+         "time. What would labelling by 'was in m' teach D then?"),
+    Part("mlm_loss", "L_MLM", "objectives.py: mlm_loss", "§2",
+         "L_MLM = E[ sum_{i in m} -log p_G(x_i | x_masked) ]",
+         "logits (B, K, V), targets (B, K), weights (B, K) -> scalar: the mean of -log softmax "
+         "at the targets over the used slots (weight 1), in float32.",
+         "cross-entropy per slot, weighted by `weights`, divided by the number of used slots",
+         "Why average over used slots rather than sum - what would a sum do to λ's meaning?"),
+    Part("disc_loss", "L_Disc", "objectives.py: disc_loss", "§2",
+         "L_Disc = E[ sum_t -1(x_corrupt_t = x_t) log D(x_corrupt, t) "
+         "- 1(x_corrupt_t != x_t) log(1 - D(x_corrupt, t)) ]",
+         "logits (B, T) scoring 'replaced' (D(x, t) = 1 - sigmoid(logit)), is_replaced (B, T), "
+         "mask (B, T) bool or None -> scalar: mean binary cross-entropy over the tokens in mask.",
+         "binary cross-entropy with logits, averaged over `mask`",
+         "85-90 % of tokens are real. What loss does 'everything is real' already reach, and "
+         "why do small runs sit there first (README)?"),
+    Part("joint_loss", "The joint loss L_MLM + λ L_Disc", "objectives.py: ELECTRA.forward",
+         "§2, Appendix A",
+         "min_{θG, θD} sum_x L_MLM(x, θG) + λ L_Disc(x, θD),  λ = 50",
+         "Use self.generate(masked, ...) -> (L_MLM, x̂, stats), corrupt(...) without gradient, "
+         "self.discriminate(x, x_corrupt, is_replaced, masked, scored, ...) with `scored` every "
+         "real token; set `loss`, `loss_mlm`, `loss_disc`, `stats` and `d_stats`.",
+         "generate, corrupt under torch.no_grad(), discriminate over all real tokens, add λ·L_Disc",
+         "The paper does not back-propagate L_Disc into G. Could it? What would G learn?"),
+    Part("attention", "Multi-head self-attention", "encoder.py: SelfAttention.forward",
+         "§2 (the Transformer encoder)",
+         "Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V, per head, heads concatenated",
+         "h (B, T, H) -> (B, T, H) with self.qkv (H -> 3H), self.heads heads of d = H / heads, "
+         "attn_mask (B, 1, 1, T) True where attention is allowed (or None), self.out (H -> H).",
+         "project to q, k, v; split heads; softmax(q k^T / sqrt(d)) v with the mask; merge; out",
+         "Why divide by sqrt(d)? What happens to the softmax's gradient without it?"),
+    Part("adam", "Adam without bias correction", "optim.py: AdamWeightDecay.step",
+         "Appendix A (the official optimizer)",
+         "m <- β1 m + (1-β1) g;  v <- β2 v + (1-β2) g²;  θ <- θ - η (m / (sqrt(v) + ε) + w θ)",
+         "Update every tensor in `params` in place from `grads`, the moments `m` and `v` (lists "
+         "of tensors, zero at the start), with b1, b2, lr, eps, wd; no division by 1 - β^t.",
+         "m, v as exponential averages; the update m / (sqrt(v) + eps) plus wd * θ; θ -= lr * it",
+         "Is the uncorrected step larger or smaller than AdamW's at step 10? (optim.py)"),
+    Part("layer_decay", "Layer-wise learning-rate decay", "finetune_glue.py: layerwise_param_groups",
+         "Appendix A, Table 7 (layer-wise LR decay 0.8)",
+         "lr(depth) = lr · 0.8^(L + 2 - depth): head L + 2, block i at i + 1, embeddings 0",
+         "Fill `groups`: one dict per distinct power, {'params', 'names', 'lr'}, keyed by the "
+         "power; rule 'official' as above, rule 'stated' with block i at i + 2, embeddings at 1.",
+         "a depth per parameter name (head., encoder.blocks.<i>., else embeddings), then group",
+         "Why should the lower layers move less during fine-tuning?"),
+    Part("electra15", "Ablation: ELECTRA 15%", "ablations.py: ELECTRA15.discriminate", "§3.5",
+         "L_Disc summed over i in m only, instead of t = 1..n",
+         "Same arguments as ELECTRA.discriminate; narrow `scored` to the used mask slots and "
+         "call the parent's discriminate.",
+         "a (B, T) bool of the used positions in m, and-ed with scored",
+         "Table 5: ELECTRA 15% loses most of ELECTRA's gain. Why does scoring all tokens help "
+         "so much more than the extra compute would suggest?"),
+    Part("flops", "FLOPs of a Transformer block", "flops.py: block_flops", "Appendix E",
+         "a matmul of an m-vector by an m x n matrix costs 2mn; elementwise ops by their "
+         "operations (LAYER_NORM, GELU, SOFTMAX, DROPOUT per element)",
+         "(hidden, heads, ffn, seq) -> FLOPs per token of one post-LN block: q, k, v, scores, "
+         "softmax + dropout + scale per head, weighted sum, output projection, FFN, the two "
+         "dropout + residual + LayerNorm.",
+         "add up attention (projections, scores, softmax, values, output) and the FFN",
+         "Which term grows with the sequence length, and at what length does it match the FFN?"),
+]
+BY_NAME = {p.name: p for p in PARTS}
+
+
+class AssignmentError(Exception):
+    """Bad arguments; printed as one line."""
+
+
+def regions(text):
+    """{part: (begin line index, end line index, indentation)} of the marked regions."""
+    found, open_ = {}, {}
+    for i, line in enumerate(text.splitlines()):
+        m = MARK.match(line)
+        if not m:
+            continue
+        indent, kind, name = m.groups()
+        if kind == "BEGIN":
+            open_[name] = (i, indent)
+        elif name in open_:
+            begin, begin_indent = open_.pop(name)
+            found[name] = (begin, i, begin_indent)
+    return found
+
+
+def replace_body(text, part, body_lines):
+    """The text with part's region (between its markers, markers kept) replaced by body_lines,
+    each indented like the BEGIN marker."""
+    lines = text.splitlines(keepends=True)
+    begin, end, indent = regions(text)[part]
+    new = [indent + l + "\n" if l else "\n" for l in body_lines]
+    return "".join(lines[:begin + 1] + new + lines[end:])
+
+
+def reference_body(part):
+    """The reference lines of a part, without their indentation (for tests and instructors)."""
+    text = (ROOT / BY_NAME[part].where.split(":")[0]).read_text()
+    begin, end, indent = regions(text)[part]
+    return [l[len(indent):] for l in text.splitlines()[begin + 1:end]]
+
+
+def stub(part):
+    p = BY_NAME[part]
+    n = PARTS.index(p) + 1
+    return [f'raise NotImplementedError("Part {n} ({p.name}, paper {p.section}): {p.hint}. '
+            f'See ASSIGNMENTS.md")']
+
+
+def assignments_md(parts):
+    out = ["# ELECTRA assignments", "",
+           "Each part is one function of the project, marked in its file between",
+           "`# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT <part>`. Read the paper section",
+           "first, then the docstring of the function, then write the body. A part is done when",
+           "its test file passes: `python -m pytest -q tests/parts/test_part_<part>.py`.",
+           "Every test file grades its part alone: the other parts may still be blank.", ""]
+    for p in PARTS:
+        if p.name not in parts:
+            continue
+        n = PARTS.index(p) + 1
+        out += [f"## Part {n}: {p.title} (`{p.name}`)", "",
+                f"- **Where**: `{p.where}`", f"- **Paper**: {p.section}",
+                f"- **Equation**: `{p.equation}`", f"- **Contract**: {p.contract}",
+                f"- **Graded by**: `tests/parts/test_part_{p.name}.py`",
+                f"- **Think about**: {p.question}", ""]
+    return "\n".join(out)
+
+
+def write_md():
+    """Regenerate the repository's ASSIGNMENTS.md (all parts) after editing PARTS."""
+    (ROOT / "ASSIGNMENTS.md").write_text(assignments_md([p.name for p in PARTS]))
+
+
+def parse_parts(spec):
+    if not spec:
+        return [p.name for p in PARTS]
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise AssignmentError(f"--parts: unknown part {', '.join(unknown)}; the parts are "
+                              f"{', '.join(BY_NAME)}")
+    return names
+
+
+def make_copy(out, parts):
+    """Write the student copy into `out` (a new or empty folder)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise AssignmentError(f"--out {out}: exists and is not an empty folder; pick a new one")
+    if out.resolve() == ROOT or ROOT in out.resolve().parents:
+        raise AssignmentError(f"--out {out}: inside the project; pick a folder outside it")
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        for f in sorted(ROOT.glob("*.py")) + [ROOT / "requirements.txt", ROOT / "README.md"]:
+            text = f.read_text()
+            for part in parts:
+                if BY_NAME[part].where.split(":")[0] == f.name:
+                    text = replace_body(text, part, stub(part))
+            (tmp / f.name).write_text(text)
+        shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)                          # all or nothing
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise AssignmentError(f"--out {out}: cannot write the copy ({e.strerror or e})") from None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Write a student copy with parts left to write.")
+    ap.add_argument("--out", help="a new folder for the student copy")
+    ap.add_argument("--parts", default="", help="comma-separated parts (default: all)")
+    ap.add_argument("--list", action="store_true", help="list the parts and exit")
+    args = ap.parse_args(argv)
+    try:
+        if args.list:
+            for i, p in enumerate(PARTS, 1):
+                print(f"{i:2d}. {p.name:12s} {p.where:42s} {p.section}")
+            return 0
+        if not args.out:
+            raise AssignmentError("--out is required: the folder to write the student copy to")
+        parts = parse_parts(args.parts)
+        make_copy(args.out, parts)
+    except AssignmentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}: {len(parts)} part(s) to write ({', '.join(parts)}); "
+          f"see {Path(args.out) / 'ASSIGNMENTS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

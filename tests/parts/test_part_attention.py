@@ -1,0 +1,49 @@
+"""Part 7, attention (encoder.SelfAttention.forward): multi-head scaled dot-product attention,
+softmax(Q K^T / sqrt(d)) V per head (Vaswani et al.; the encoder of §2)."""
+import math
+
+import torch
+
+from encoder import EncoderConfig, SelfAttention
+
+
+def by_hand(att, h, keep):
+    """The same computation one head and one sequence at a time, with plain loops."""
+    B, T, H = h.shape
+    n, d = att.heads, H // att.heads
+    W, b = att.qkv.weight, att.qkv.bias
+    out = torch.zeros(B, T, H)
+    for i in range(B):
+        qkv = h[i] @ W.T + b                                   # (T, 3H): q | k | v
+        for j in range(n):
+            q = qkv[:, j * d:(j + 1) * d]
+            k = qkv[:, H + j * d:H + (j + 1) * d]
+            v = qkv[:, 2 * H + j * d:2 * H + (j + 1) * d]
+            scores = q @ k.T / math.sqrt(d)
+            scores = scores.masked_fill(~keep[i][None, :], float("-inf"))
+            out[i, :, j * d:(j + 1) * d] = torch.softmax(scores, -1) @ v
+    return out @ att.out.weight.T + att.out.bias
+
+
+def test_matches_a_hand_computation_with_padding():
+    torch.manual_seed(0)
+    att = SelfAttention(EncoderConfig(hidden=12, heads=3, ffn=24, dropout=0.0)).eval()
+    h = torch.randn(2, 5, 12)
+    keep = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    with torch.no_grad():
+        got = att(h, keep[:, None, None, :])
+        assert got.shape == (2, 5, 12)
+        assert torch.allclose(got, by_hand(att, h, keep), atol=1e-5)
+        assert torch.allclose(att(h, None), by_hand(att, h, torch.ones(2, 5, dtype=torch.bool)),
+                              atol=1e-5)
+
+
+def test_padded_keys_change_nothing():
+    torch.manual_seed(1)
+    att = SelfAttention(EncoderConfig(hidden=8, heads=2, ffn=16, dropout=0.0)).eval()
+    h = torch.randn(1, 6, 8)
+    keep = torch.tensor([[True] * 4 + [False] * 2])[:, None, None, :]
+    h2 = h.clone()
+    h2[0, 4:] = torch.randn(2, 8) * 10                          # change what sits in the padding
+    with torch.no_grad():
+        assert torch.allclose(att(h, keep)[0, :4], att(h2, keep)[0, :4], atol=1e-5)

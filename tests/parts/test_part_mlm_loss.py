@@ -1,0 +1,44 @@
+"""Part 4, mlm_loss (objectives.mlm_loss): L_MLM = E[sum_{i in m} -log p_G(x_i | x_masked)]."""
+import math
+
+import pytest
+import torch
+
+from objectives import mlm_loss
+
+
+def nll(row, target):
+    """-log softmax(row)[target], by hand."""
+    return math.log(sum(math.exp(v) for v in row)) - row[target]
+
+
+def test_hand_worked_value_over_used_slots_only():
+    logits = [[[2.0, 0.0, -1.0], [0.5, 0.5, 3.0], [9.0, -9.0, 0.0]]]     # (1, K=3, V=3)
+    targets, weights = [[0, 2, 1]], [[1.0, 1.0, 0.0]]                     # slot 3 unused
+    got = mlm_loss(torch.tensor(logits), torch.tensor(targets), torch.tensor(weights))
+    expect = (nll(logits[0][0], 0) + nll(logits[0][1], 2)) / 2
+    assert got.item() == pytest.approx(expect, rel=1e-6)
+
+
+def test_mean_over_used_slots_in_a_batch():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 4, 7, generator=g)
+    targets = torch.randint(0, 7, (3, 4), generator=g)
+    weights = torch.tensor([[1.0, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    got = mlm_loss(logits, targets, weights).item()
+    terms = [nll(logits[b, k].tolist(), targets[b, k].item())
+             for b in range(3) for k in range(4) if weights[b, k] > 0]
+    assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_float32_under_bf16_logits_and_gradient():
+    logits = torch.randn(2, 3, 30000, generator=torch.Generator().manual_seed(1))
+    targets = torch.randint(0, 30000, (2, 3), generator=torch.Generator().manual_seed(2))
+    weights = torch.ones(2, 3)
+    a = mlm_loss(logits.bfloat16(), targets, weights)
+    assert a.dtype == torch.float32
+    leaf = logits.clone().requires_grad_(True)
+    mlm_loss(leaf, targets, weights).backward()
+    # d/dlogits of the mean NLL: (softmax - onehot) / 6 at each slot
+    expect = (torch.softmax(logits, -1) - torch.nn.functional.one_hot(targets, 30000)) / 6
+    assert torch.allclose(leaf.grad, expect, atol=1e-6)

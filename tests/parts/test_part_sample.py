@@ -1,0 +1,36 @@
+"""Part 2, sample (objectives.sample): x̂_i ~ p_G(x_i | x_masked) = softmax(logits), §2."""
+import torch
+
+from objectives import sample
+
+
+def test_frequencies_follow_the_softmax():
+    logits = torch.tensor([0.0, 1.0, 2.0, -1.0]).expand(100_000, 4)
+    x_hat = sample(logits, torch.Generator().manual_seed(0))
+    assert x_hat.shape == (100_000,) and x_hat.dtype == torch.int64
+    freq = torch.bincount(x_hat, minlength=4) / 1e5
+    # each frequency within 5 binomial standard deviations (at most 0.0016) of its p
+    assert torch.allclose(freq, torch.softmax(logits[0], 0), atol=0.008)
+
+
+def test_is_a_sample_not_the_argmax():
+    logits = torch.tensor([[[2.0, 1.9, -30.0]]]).expand(50, 40, 3)      # (B, K, V)
+    x_hat = sample(logits, torch.Generator().manual_seed(1))
+    assert x_hat.shape == (50, 40)
+    share = (x_hat == 1).float().mean().item()                    # p = 0.475
+    assert 0.43 < share < 0.52, share
+    assert not (x_hat == 2).any()                                  # p ~ 1e-14: never drawn
+
+
+def test_reproducible_from_a_seed_and_different_across_seeds():
+    logits = torch.randn(8, 19, 50, generator=torch.Generator().manual_seed(2))
+    a = sample(logits, torch.Generator().manual_seed(3))
+    b = sample(logits, torch.Generator().manual_seed(3))
+    c = sample(logits, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_no_gradient_and_large_logits_are_safe():
+    logits = torch.tensor([[1000.0, 0.0, -1000.0]], requires_grad=True)
+    x_hat = sample(logits, torch.Generator().manual_seed(5))
+    assert not x_hat.requires_grad and x_hat.tolist() == [0]

@@ -1,0 +1,135 @@
+"""make_assignment.py: student copies fail exactly the blanked parts' tests, a filled-in part
+passes its tests, and plausible wrong answers fail them (issue: teaching, §1)."""
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import make_assignment as ma
+from conftest import ROOT
+
+
+def run_tests(folder, *paths):
+    """pytest in `folder`: {test file stem: [outcome of each test]} from a JUnit report."""
+    report = folder / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={report}", *paths], cwd=folder, capture_output=True,
+                   text=True, timeout=300)
+    by_file = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        stem = case.get("classname").split(".")[-1]
+        failed = any(c.tag in ("failure", "error") for c in case)
+        by_file.setdefault(stem, []).append("failed" if failed else "passed")
+    return by_file
+
+
+def fill(folder, part, body):
+    """Write `body` (lines) into part's region of the student copy."""
+    path = folder / ma.BY_NAME[part].where.split(":")[0]
+    path.write_text(ma.replace_body(path.read_text(), part, body))
+
+
+def test_every_part_is_marked_once_in_its_file_and_nothing_else_is():
+    marked = {}
+    for f in ROOT.glob("*.py"):
+        for part in ma.regions(f.read_text()):
+            marked.setdefault(part, []).append(f.name)
+    assert sorted(marked) == sorted(ma.BY_NAME)
+    for part, files in marked.items():
+        assert files == [ma.BY_NAME[part].where.split(":")[0]], part
+        assert ma.reference_body(part), part
+        assert (ROOT / "tests" / "parts" / f"test_part_{part}.py").is_file(), part
+
+
+def test_student_copy_fails_exactly_the_blanked_parts(tmp_path):
+    blank = ["mask", "disc_loss", "joint_loss", "adam"]
+    out = tmp_path / "student"
+    assert ma.main(["--out", str(out), "--parts", ",".join(blank)]) == 0
+    assert "raise NotImplementedError" in (out / "objectives.py").read_text()
+    md = (out / "ASSIGNMENTS.md").read_text()
+    assert all(f"(`{p}`)" in md for p in blank) and "(`sample`)" not in md
+    results = run_tests(out)
+    assert sorted(results) == sorted(f"test_part_{p.name}" for p in ma.PARTS)
+    for stem, outcomes in results.items():
+        part = stem[len("test_part_"):]
+        want = "failed" if part in blank else "passed"
+        assert outcomes and set(outcomes) == {want}, (stem, outcomes)
+
+
+def test_filled_parts_pass_with_the_reference_or_another_correct_answer(tmp_path):
+    out = tmp_path / "student"
+    ma.make_copy(out, ["disc_loss", "sample", "adam"])
+    fill(out, "disc_loss", ma.reference_body("disc_loss"))
+    fill(out, "sample", [                                    # the Gumbel-max trick, not the CDF
+        "u = torch.rand(logits.shape, generator=generator).clamp(1e-12, 1 - 1e-7)",
+        "return (logits.detach().float() - torch.log(-torch.log(u))).argmax(-1)"])
+    fill(out, "adam", [                                      # a plain loop, no _foreach
+        "for p, g, m_, v_ in zip(params, grads, m, v):",
+        "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+        "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+        "    p.sub_(lr * (m_ / (v_.sqrt() + eps) + wd * p))"])
+    results = run_tests(out, "tests/parts/test_part_disc_loss.py",
+                        "tests/parts/test_part_sample.py", "tests/parts/test_part_adam.py")
+    assert {k: set(v) for k, v in results.items()} == {
+        "test_part_disc_loss": {"passed"}, "test_part_sample": {"passed"},
+        "test_part_adam": {"passed"}}
+
+
+def test_plausible_wrong_answers_fail_their_part(tmp_path):
+    wrong = {
+        # L_Disc over the masked positions only (what "ELECTRA 15%" does on purpose)
+        "joint_loss": [l.replace("scored = real_tokens(x, pad_mask)",
+                                 "scored = torch.zeros_like(x, dtype=torch.bool).scatter("
+                                 "1, masked.positions, masked.weights > 0)")
+                       for l in ma.reference_body("joint_loss")],
+        # a sample equal to the original labelled "replaced": the label is "was in m"
+        "corrupt": ["x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)",
+                    "in_m = torch.zeros_like(x, dtype=torch.bool).scatter("
+                    "1, masked.positions, masked.weights > 0)",
+                    "return x.scatter(1, masked.positions, x_hat), in_m"],
+        # torch's AdamW rule: bias-corrected moments
+        "adam": ["t = float(self.state[params[0]]['step'])",
+                 "for p, g, m_, v_ in zip(params, grads, m, v):",
+                 "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+                 "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+                 "    m_hat, v_hat = m_ / (1 - b1 ** t), v_ / (1 - b2 ** t)",
+                 "    p.sub_(lr * (m_hat / (v_hat.sqrt() + eps) + wd * p))"],
+        # the most likely token instead of a sample
+        "sample": ["return logits.detach().argmax(-1)"],
+        # a sum over the slots instead of the mean
+        "mlm_loss": [l.replace(" / weights.sum().clamp(min=1.0)", "")
+                     for l in ma.reference_body("mlm_loss")],
+    }
+    assert wrong["joint_loss"] != ma.reference_body("joint_loss")
+    assert wrong["mlm_loss"] != ma.reference_body("mlm_loss")
+    out = tmp_path / "student"
+    ma.make_copy(out, list(wrong))
+    for part, body in wrong.items():
+        fill(out, part, body)
+    results = run_tests(out, *(f"tests/parts/test_part_{p}.py" for p in wrong))
+    for part in wrong:
+        assert "failed" in results[f"test_part_{part}"], part
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parts", "mask"], "--out is required"),
+    (["--out", "{tmp}/x", "--parts", "mask,telepathy"], "unknown part telepathy"),
+    (["--out", "{tmp}/full"], "not an empty folder"),
+    (["--out", str(ROOT / "student")], "inside the project"),
+])
+def test_bad_arguments_are_one_line(tmp_path, capsys, args, message):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert ma.main(args) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "x").exists() and not (ROOT / "student").exists()
+
+
+def test_the_committed_assignments_md_is_the_generated_one():
+    """ASSIGNMENTS.md in the repository is what make_assignment writes for all parts:
+    regenerate it with `python -c "import make_assignment as m; m.write_md()"`."""
+    assert (ROOT / "ASSIGNMENTS.md").read_text() == ma.assignments_md([p.name for p in ma.PARTS])

@@ -1,0 +1,260 @@
+"""The pre-training loop (paper Appendix A, Table 6), to be read top to bottom.
+
+After objectives.py (the algorithm) and the networks, this is the third thing to read: how one
+model is trained for a budget. In the spirit of nanoGPT's train.py it is one function, `train`,
+in the order things happen - data, model, optimizer, then the loop: take a batch, mask it, one
+step of L_MLM + λ L_Disc, log, checkpoint. The command line (electra_small.py) checks the
+arguments and the checkpoint to resume, then calls it.
+
+What the loop does *not* do is know which model it trains. BERT, ELECTRA and every ablation
+expose the same interface (objectives.ELECTRA): `masking` (how line 1 shows the chosen
+positions), forward(x, masked, ...) -> (loss, statistics), and two hooks, schedule_progress and
+on_progress, that two-stage training (§3.2) uses to split the budget in two.
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ablations import build_model
+from checkpoint import CheckpointError, rng_state, save_checkpoint, set_rng_state
+from config import lr_at
+from data import PretrainingData, Prefetcher, load_tokenizer
+from device import pick_precision
+from distributed import Dist
+from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
+from objectives import mask_tokens
+from optim import decay_groups, make_adam
+
+
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite; the command line prints it as one line."""
+
+
+def make_optimizer(model, cfg, device):
+    """Adam with decoupled weight decay (Table 6: ε 1e-6, weight decay 0.01; biases and
+    LayerNorm not decayed). cfg.optimizer "official" is the paper's rule without bias
+    correction (optim.py explains why that matters); "torch" is torch.optim.AdamW."""
+    return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
+                     cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
+
+
+def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
+    """One optimizer step on a CPU batch {x, masked, pad_mask, segment_ids}; returns the
+    statistics, still on the device (reading them would make the host wait for every step)."""
+    batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
+    for group in opt.param_groups:
+        group["lr"] = lr
+    # bf16 autocast where the hardware computes bf16 natively (device.py): several times faster
+    # matmuls; the weights, the optimizer and both losses stay in float32.
+    with pick_precision(precision, device)[1]():
+        loss, stats = model(**batch)
+    loss.backward()
+    # Clipping at norm 1 (official code): λ = 50 makes L_Disc's early gradients large.
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return stats
+
+
+def train(cfg, args, device, data_dir, resume=None, dist=None):
+    """Pre-train for the budget in args (--hours, --max_steps or --flops); returns an exit code."""
+    dist = dist or Dist()
+    out, main = Path(args.out_dir), dist.main
+    say = print if main else (lambda *a, **k: None)
+
+    # -- data: a memmap of token ids, cut into two-segment examples (data.py) ----------------
+    # Every process of a data-parallel run reads its own share of each batch (rank, world).
+    data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
+                           dist.rank, dist.world)
+    tokenizer = load_tokenizer(data_dir)                  # saved in every checkpoint
+    special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
+
+    # -- model and optimizer ---------------------------------------------------------------------
+    raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
+    opt = make_optimizer(raw_model, cfg, device)
+    st = dict(step=0, flops=0.0, elapsed=0.0, saved_fractions=[])   # what a resume restores
+    if resume is not None:
+        raw_model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        st.update(step=resume["step"], flops=resume["flops"], elapsed=resume["elapsed_s"],
+                  saved_fractions=list(resume.get("saved_fractions", [])))
+        data.load_state_dict(resume["data"])              # the exact next batch ...
+        set_rng_state(resume["rng"])                      # ... and the exact next masks
+    data_state = data.state_dict()                        # position after the last used batch
+    # Appendix E's count, per step; it changes when two-stage training freezes G.
+    flops_per_step = train_flops_per_step(cfg, raw_model.stage)
+    # DistributedDataParallel where torchrun started several processes; the model itself else.
+    model = dist.wrap(raw_model, find_unused=cfg.two_stage)
+    if args.compile:
+        model = torch.compile(model)
+
+    def progress():
+        """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
+        --hours the whole schedule (warm-up, decay to 0) is laid over the wall-clock budget."""
+        if args.hours:
+            return st["elapsed"] / (args.hours * 3600)
+        if args.flops:
+            return st["flops"] / args.flops
+        return st["step"] / args.max_steps
+
+    def save(name="ckpt.pt"):
+        """Never a state that has seen a NaN loss, never over the previous checkpoint unless the
+        new one is complete (checkpoint.py writes to a temporary file and renames it)."""
+        check_finite(bad_step, out)
+        if not main:
+            return
+        state = dict(config=cfg.to_dict(), model=raw_model.state_dict(),
+                     optimizer=opt.state_dict(), step=st["step"], flops=st["flops"],
+                     elapsed_s=st["elapsed"], rng=rng_state(), data=data_state,
+                     tokenizer=tokenizer.to_text(), saved_fractions=st["saved_fractions"],
+                     budget=dict(hours=args.hours, max_steps=args.max_steps, flops=args.flops),
+                     seed=args.seed, device=str(device), world=dist.world)
+        try:
+            save_checkpoint(out / name, state)
+        except OSError as e:                 # disk full, permissions, folder removed ...
+            raise CheckpointError(f"could not write {out / name} ({e.strerror or e}); the "
+                                  "previous checkpoint is intact: free disk space and continue "
+                                  "with --resume") from None
+
+    def make_batch():
+        """Line 1 of §2 on the CPU: the next batch and its masks, and the data position after
+        it. On a GPU a background thread runs this while the GPU computes the previous step."""
+        batch = data.next_batch()                         # x, segment_ids, pad_mask
+        batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
+                                      cfg.mask_prob, n_random=data.meta["vocab_size"] - 4,
+                                      generator=data.mask_generator(), **raw_model.masking)
+        return batch, data.state_dict()
+
+    # -- the loop ----------------------------------------------------------------------------------
+    peak, peak_note = peak_flops(device)
+    peak = peak * dist.world if peak else None
+    say(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
+    log_file = open(out / "log.jsonl", "a") if main else None
+    fetch = Prefetcher(make_batch) if device.type == "cuda" else make_batch
+    sums, interval_start, interval_steps = {}, time.time(), 0
+    last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
+    bad_step = None                   # the first step with a NaN/inf loss, kept on the device
+    try:
+        while progress() < 1.0:
+            note = raw_model.on_progress(progress())      # two-stage: start stage two at 1/2
+            if note:
+                model = dist.wrap(raw_model, find_unused=True)    # other parameters train now
+                flops_per_step = train_flops_per_step(cfg, raw_model.stage)
+                say(f"step {st['step']}: {note}")
+            batch, next_state = fetch()
+            lr = lr_at(raw_model.schedule_progress(progress()), cfg)
+            stats, model = compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist)
+            st["step"] += 1
+            st["flops"] += flops_per_step
+            data_state = next_state
+            now = elapsed0 + time.time() - t0             # every process must agree on the time
+            st["elapsed"] = dist.broadcast_float(now) if args.hours else now
+            # NaN check without a host sync: remember the first bad step in a device tensor
+            bad = ~torch.isfinite(stats["mlm_loss"].detach())
+            if "disc_loss" in stats:
+                bad |= ~torch.isfinite(stats["disc_loss"].detach())
+            first = torch.zeros((), dtype=torch.long, device=bad.device) if bad_step is None \
+                else bad_step
+            bad_step = torch.where(bad & (first == 0), st["step"], first)
+            interval_steps += 1
+            for k, v in stats.items():                    # summed on the device, read at logging
+                v = torch.stack(v) if isinstance(v, tuple) else v.detach()
+                sums[k] = sums[k] + v if k in sums else v
+            if st["step"] % args.log_every == 0 or progress() >= 1.0:
+                check_finite(bad_step, out)
+                sums = {k: dist.sum(v.float()) for k, v in sums.items()}
+                rec = log_record(sums, interval_steps, time.time() - interval_start, peak, cfg,
+                                 args, st, flops_per_step, raw_model.stage, lr, dist.world)
+                if main:
+                    print(progress_line(rec), flush=True)
+                    log_file.write(json.dumps(rec) + "\n")
+                    log_file.flush()
+                sums, interval_start, interval_steps = {}, time.time(), 0
+            for f in args.save_at:                        # Table 1-style compute checkpoints
+                if progress() >= f and f not in st["saved_fractions"]:
+                    st["saved_fractions"].append(f)
+                    save(f"ckpt_{f:g}.pt")
+            due = time.time() - last_ckpt > args.ckpt_every_min * 60
+            if (args.save_every and st["step"] % args.save_every == 0) or \
+                    dist.broadcast_float(float(due)):
+                save()
+                last_ckpt = time.time()
+    except KeyboardInterrupt:                             # Ctrl-C or kill: keep the progress
+        save()
+        if main:
+            print(f"\ninterrupted at step {st['step']}: saved {out / 'ckpt.pt'}; continue with "
+                  "--resume", file=sys.stderr)
+        return 130
+    finally:
+        if log_file:
+            log_file.close()
+        if isinstance(fetch, Prefetcher):
+            fetch.close()
+    save()
+    say(f"done: {st['step']} steps, {st['flops']:.3g} FLOPs, {st['elapsed'] / 3600:.2f} h; "
+        f"saved {out / 'ckpt.pt'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- the loop's helpers
+
+def compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist):
+    """training_step, falling back to the eager model if torch.compile fails on this setup."""
+    try:
+        return training_step(model, opt, batch, lr, cfg, device, args.precision), model
+    except Exception as e:
+        if not args.compile or model is raw_model:
+            raise
+        print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+              "continuing eagerly", file=sys.stderr)
+        opt.zero_grad(set_to_none=True)
+        model = dist.wrap(raw_model, find_unused=cfg.two_stage)
+        return training_step(model, opt, batch, lr, cfg, device, args.precision), model
+
+
+def check_finite(bad_step, out):
+    """Raise if any step so far had a NaN/inf loss (read from the device only here, at logging
+    and checkpoint time, so no step waits for the host)."""
+    if bad_step is not None and int(bad_step) > 0:
+        raise TrainingDiverged(
+            f"the loss became NaN or infinite at step {int(bad_step)}; stopped without saving, "
+            f"so {out / 'ckpt.pt'} still holds the last good state: lower --lr (or check the "
+            "data) and continue with --resume")
+
+
+def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, world):
+    """One line of log.jsonl from the statistics summed on the device (the only host sync)."""
+    s = {k: v.float().cpu() for k, v in sums.items()}
+    # None where the denominator is 0 (e.g. precision while D flags nothing): undefined
+    ratio = lambda k: (s[k][0] / s[k][1]).item() if k in s and s[k][1] > 0 else None
+    tok_s = steps * cfg.batch_size * cfg.seq_len / dt
+    mfu = hardware_flops_per_step(cfg, stage) * steps / dt / peak if peak else None
+    if args.hours:
+        left = args.hours * 3600 - st["elapsed"]
+    elif args.flops:
+        left = (args.flops - st["flops"]) / flops_per_step * dt / steps
+    else:
+        left = (args.max_steps - st["step"]) * dt / steps
+    return dict(step=st["step"], mlm_loss=(s["mlm_loss"] / steps / world).item(),
+                disc_loss=(s["disc_loss"] / steps / world).item() if "disc_loss" in s else None,
+                gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
+                disc_acc_replaced=ratio("replaced_correct"),
+                disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
+                flops=st["flops"], elapsed_s=st["elapsed"], eta_s=max(0.0, left), lr=lr,
+                model=cfg.model, objective="mlm" if cfg.model == "bert" else cfg.objective)
+
+
+def progress_line(r):
+    """`step N | L_MLM … | G acc … | L_Disc … | D acc … | replaced: recall … precision … | …`"""
+    pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
+    disc = "" if r["disc_loss"] is None else \
+        f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} | replaced: " \
+        f"recall {pct(r['disc_acc_replaced'])} precision {pct(r.get('disc_precision_replaced'))}"
+    eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
+        f"{r['eta_s'] / 86400:.1f}d"
+    return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}{disc} | "
+            f"{r['tokens_per_s']:,.0f} tok/s | mfu {pct(r['mfu'])} | {r['flops']:.2e} FLOPs | "
+            f"ETA {eta}")
