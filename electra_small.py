@@ -193,7 +193,10 @@ def _main(args, dist):
         else f"{args.max_steps:,} steps"
     say(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
     # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
+    # SIGINT is set explicitly as well: a shell starts background jobs (`... &`) with SIGINT
+    # ignored, and Python then leaves it ignored, so `kill -INT` would not stop the run.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     return train(cfg, args, device, data_dir, resume, dist)
 
 

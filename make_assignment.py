@@ -218,6 +218,7 @@ def make_copy(out, parts):
             (tmp / f.name).write_text(text)
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
         (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
         if out.exists():
             out.rmdir()

@@ -123,6 +123,8 @@ def test_ctrl_c_saves_a_checkpoint(data_dir, tmp_path):
     (["--hours", "-1"], "--hours"),
     (["--max_steps", "0"], "--max_steps"),
     (["--save_at", "0.5,2"], "--save_at"),
+    (["--two_stage"], "gen_size 1"),                             # ablations that do not combine
+    (["--generator", "unigram", "--objective", "electra15"], "combine"),
 ])
 def test_bad_budget_is_one_line(data_dir, tmp_path, extra, message):
     r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", tmp_path / "o", *TINY, *extra)

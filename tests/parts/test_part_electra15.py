@@ -10,7 +10,7 @@ from config import SIZES, Config
 from objectives import Masked
 
 
-def test_l_disc_scores_only_the_used_mask_slots(monkeypatch):
+def test_l_disc_scores_only_the_used_mask_slots(monkeypatch, stand_in_attention):
     torch.manual_seed(0)
     model = ELECTRA15(replace(Config(), vocab_size=100, objective="electra15", **SIZES["tiny"]))
     got = {}

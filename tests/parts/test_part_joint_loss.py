@@ -1,6 +1,6 @@
 """Part 6, joint_loss (objectives.ELECTRA.forward): L_MLM + λ L_Disc with λ = 50, §2.
 
-The other parts forward() relies on - sampling, corruption, L_MLM, L_Disc - are replaced here by
+The other parts forward() relies on - sampling, corruption, L_MLM, L_Disc, attention - are replaced here by
 stand-ins that record what they receive, so this file grades the wiring alone: the value of the
 sum (computed independently from the logits both networks produced), that D reads x_corrupt,
 that L_Disc scores every real token, and that L_Disc sends no gradient into G."""
@@ -17,7 +17,7 @@ V = 100
 
 
 @pytest.fixture
-def rig(monkeypatch):
+def rig(monkeypatch, stand_in_attention):
     """A tiny ELECTRA, a batch with padding, and stand-ins that log their inputs."""
     torch.manual_seed(0)
     cfg = replace(Config(), vocab_size=V, **SIZES["tiny"])

@@ -1,5 +1,6 @@
-"""Part 1, mask (objectives.mask_tokens). Masking (§2, footnote 3; Appendix A): k = round(0.15 n) real positions per sequence, never a
-special token, 85 % [MASK] / 15 % kept for ELECTRA, 80/10/10 for BERT; static shapes."""
+"""Part 1, mask (objectives.mask_tokens). Masking (§2, footnote 3; Appendix A): k = round(0.15 n)
+real positions per sequence, never a special token, 85 % [MASK] / 15 % kept for ELECTRA,
+80/10/10 for BERT; static shapes."""
 import torch
 
 from objectives import mask_tokens
