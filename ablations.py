@@ -206,8 +206,8 @@ class TwoStageELECTRA(ELECTRA):
     def on_progress(self, progress):
         if progress >= 0.5 and self.stage == 1:
             self.start_stage_two()
-            return True
-        return False
+            return "stage two - D initialised from G, G frozen"
+        return None
 
     def _freeze_generator(self):
         """G keeps a frozen copy of the embeddings it was trained with; D trains the original."""

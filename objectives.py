@@ -261,9 +261,10 @@ class ELECTRA(nn.Module):
         return progress
 
     def on_progress(self, progress):
-        """Called before every step; True if the model changed which parameters train (the
-        trainer then re-wraps it for data parallelism and recounts FLOPs)."""
-        return False
+        """Called before every step. Returns a message when the model changed which parameters
+        train (the trainer prints it, re-wraps the model for data parallelism and recounts
+        FLOPs), else None."""
+        return None
 
 
 class BERT(nn.Module):

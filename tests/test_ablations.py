@@ -155,3 +155,17 @@ def test_bert_needs_1_45x_the_steps_for_table1_flops():
 def test_incompatible_flags_are_refused(kw, message):
     with pytest.raises(ablations.ConfigError, match=message):
         ablations.build_model(cfg_(**kw))
+
+
+def test_two_stage_checkpoints_from_before_the_reading_path_refactor_still_load():
+    """The stage buffer was renamed ("stage" -> "stage_buf"); an older state dict still loads
+    into stage two, with G's frozen copy of the embeddings."""
+    cfg = cfg_(two_stage=True, gen_size=1.0)
+    model = build_model(cfg)
+    model.start_stage_two()
+    old = {("stage" if k == "stage_buf" else k): v for k, v in model.state_dict().items()}
+    assert "stage" in old and "stage_buf" not in old
+    again = build_model(cfg)
+    again.load_state_dict(old)
+    assert again.stage == 2 and int(again.stage_buf) == 2
+    assert again.generator.embeddings is not again.discriminator.embeddings

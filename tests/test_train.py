@@ -274,3 +274,16 @@ def test_resume_refuses_zero_byte_and_other_vocabulary_checkpoints(data_dir, lea
     (out / "ckpt.pt").write_bytes(b"")
     r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume")
     assert one_error_line(r) and "cannot be read as a checkpoint" in r.stderr, r.stderr
+
+
+def test_two_stage_run_switches_half_way_through_the_hooks(data_dir, tmp_path):
+    """The loop knows nothing of two-stage training: the model's on_progress hook starts stage
+    two at half the budget, and schedule_progress gives each stage its own warm-up and decay."""
+    out = tmp_path / "two"
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--two_stage",
+                "--gen_size", "1", "--max_steps", "8", "--log_every", "1")
+    assert r.returncode == 0, r.stderr
+    assert "step 4: stage two - D initialised from G, G frozen" in r.stdout
+    log = read_log(out)
+    assert log[4]["disc_loss"] is None and log[5]["disc_loss"] is not None
+    assert log[5]["lr"] < log[4]["lr"] < log[3]["lr"]     # stage two warms up again from 0
