@@ -27,12 +27,12 @@ import torch
 
 from ablations import ConfigError, build_model
 from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
-from config import SIZES, Config, lr_at  # noqa: F401  (lr_at: the schedule, for readers/tests)
+from config import SIZES, Config
 from data import DATA_ROOT, DEMO_NAME, DataError, load_meta, load_tokenizer, prepare_demo
 from device import DeviceError, pick_device
 from distributed import Dist
 from flops import train_flops_per_step
-from train import TrainingDiverged, make_optimizer, train  # noqa: F401
+from train import TrainingDiverged, train
 
 
 def count_params(cfg):
