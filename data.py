@@ -274,6 +274,9 @@ def load_split(data_dir, split, meta):
                         f"number of entries (truncated copy?): {redo}")
     if bin_path.stat().st_size == 0:
         raise DataError(f"{bin_path} is empty: {redo} with more text")
+    # A memmap reads the token stream from disk on demand: a corpus larger than memory costs
+    # nothing to open, and uint16 halves its size (the vocabulary is below 65,536). The sentence
+    # lengths are small (one uint32 per sentence) and read whole.
     tokens = np.memmap(bin_path, dtype=np.uint16, mode="r")
     lengths = np.fromfile(len_path, dtype=np.uint32)
     if int(lengths.sum(dtype=np.int64)) != len(tokens):

@@ -129,10 +129,15 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         return batch, data.state_dict()
 
     # -- the loop ----------------------------------------------------------------------------------
+    # MFU (model FLOPs utilisation) needs the hardware's peak: a data sheet on a GPU, a
+    # measured matmul on a CPU (flops.py). It says how much of the machine the step uses.
     peak, peak_note = peak_flops(device)
     peak = peak * dist.world if peak else None
     say(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
+    # Appending, not overwriting: a resumed run continues the same log (plot_results.py keeps
+    # the last record of a step logged twice).
     log_file = open(out / "log.jsonl", "a") if main else None
+    # On a CPU the batch is made in line: a second thread would only take cores from the step.
     fetch = Prefetcher(make_batch) if device.type == "cuda" else make_batch
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
@@ -145,10 +150,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 flops_per_step = train_flops_per_step(cfg, raw_model.stage)
                 say(f"step {st['step']}: {note}")
             batch, next_state = fetch()
+            # warm-up then linear decay (config.lr_at), over the budget - or over each half of
+            # it for two-stage training, which is why the model maps progress first
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
             stats, model = compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist)
             st["step"] += 1
             st["flops"] += flops_per_step
+            # The data position moves only once the step is done, so a checkpoint written now
+            # resumes with the batch after this one, never skipping or repeating one.
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
@@ -160,11 +169,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 else bad_step
             bad_step = torch.where(bad & (first == 0), st["step"], first)
             interval_steps += 1
-            for k, v in stats.items():                    # summed on the device, read at logging
+            # Statistics stay on the device and are summed there: reading a number back (.item())
+            # makes the host wait for the GPU to finish, which every step would pay for.
+            for k, v in stats.items():
                 v = torch.stack(v) if isinstance(v, tuple) else v.detach()
                 sums[k] = sums[k] + v if k in sums else v
             if st["step"] % args.log_every == 0 or progress() >= 1.0:
                 check_finite(bad_step, out)
+                # every process's sums, added up: the log describes the whole global batch
                 sums = {k: dist.sum(v.float()) for k, v in sums.items()}
                 rec = log_record(sums, interval_steps, time.time() - interval_start, peak, cfg,
                                  args, st, flops_per_step, raw_model.stage, lr, dist.world)
@@ -177,6 +189,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 if progress() >= f and f not in st["saved_fractions"]:
                     st["saved_fractions"].append(f)
                     save(f"ckpt_{f:g}.pt")
+            # A periodic checkpoint bounds what a crash can lose. Rank 0's clock decides for every
+            # process (broadcast), so all take the same branch in the same step.
             due = time.time() - last_ckpt > args.ckpt_every_min * 60
             if (args.save_every and st["step"] % args.save_every == 0) or \
                     dist.broadcast_float(float(due)):
