@@ -37,6 +37,11 @@ class Part:
     hint: str           # the one line left in the code
     question: str
 
+    @property
+    def file(self):
+        """The file that holds the part, e.g. objectives.py."""
+        return self.where.split(":")[0]
+
 
 PARTS = [
     Part("mask", "Choose the positions to mask", "objectives.py: mask_tokens", "§2, Appendix A",
@@ -152,7 +157,7 @@ def replace_body(text, part, body_lines):
 
 def reference_body(part):
     """The reference lines of a part, without their indentation (for tests and instructors)."""
-    text = (ROOT / BY_NAME[part].where.split(":")[0]).read_text()
+    text = (ROOT / BY_NAME[part].file).read_text()
     begin, end, indent = regions(text)[part]
     return [l[len(indent):] for l in text.splitlines()[begin + 1:end]]
 
@@ -213,7 +218,7 @@ def make_copy(out, parts):
         for f in sorted(ROOT.glob("*.py")) + [ROOT / "requirements.txt", ROOT / "README.md"]:
             text = f.read_text()
             for part in parts:
-                if BY_NAME[part].where.split(":")[0] == f.name:
+                if BY_NAME[part].file == f.name:
                     text = replace_body(text, part, stub(part))
             (tmp / f.name).write_text(text)
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",

@@ -180,16 +180,33 @@ def shared_embeddings(cfg):
     return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)
 
 
-class ELECTRA(nn.Module):
+class Pretraining(nn.Module):
+    """What the training loop asks of any pre-training model (ELECTRA, BERT, the ablations):
+    how line 1 shows the chosen positions, and hooks for the ablations that change training
+    itself (two-stage training, §3.2). The defaults are ELECTRA's; each model overrides its own."""
+
+    # How line 1 shows the chosen positions (mask_tokens): 85 % [MASK], 15 % kept, as official.
+    masking = dict(replace_prob=0.85, random_prob=0.0)
+    stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
+
+    def schedule_progress(self, progress):
+        """The fraction of the learning-rate schedule reached at `progress` of the budget."""
+        return progress
+
+    def on_progress(self, progress):
+        """Called before every step. Returns a message when the model changed which parameters
+        train (the trainer prints it, re-wraps the model for data parallelism and recounts
+        FLOPs), else None."""
+        return None
+
+
+class ELECTRA(Pretraining):
     """G and D trained jointly on L_MLM + λ L_Disc, sharing one Embeddings module (§3.2).
 
     forward() is lines 2-3 of the algorithm (line 1, masking, runs on the CPU while the previous
     step computes: the trainer calls mask_tokens). generate() and discriminate() are its two
-    halves; the ablations in ablations.py override one of them, or one of the hooks at the end,
+    halves; the ablations in ablations.py override one of them, or one of Pretraining's hooks,
     and the trainer never needs to know which model it trains."""
-
-    # How line 1 shows the chosen positions (mask_tokens): 85 % [MASK], 15 % kept, as official.
-    masking = dict(replace_prob=0.85, random_prob=0.0)
 
     def __init__(self, cfg):
         super().__init__()
@@ -253,29 +270,14 @@ class ELECTRA(nn.Module):
                          replaced_flagged=(caught, flagged.float().sum()))
         return loss, stats, logits
 
-    # -- hooks for the trainer: the ablations that change training itself override these ---
-    stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
 
-    def schedule_progress(self, progress):
-        """The fraction of the learning-rate schedule reached at `progress` of the budget."""
-        return progress
-
-    def on_progress(self, progress):
-        """Called before every step. Returns a message when the model changed which parameters
-        train (the trainer prints it, re-wraps the model for data parallelism and recounts
-        FLOPs), else None."""
-        return None
-
-
-class BERT(nn.Module):
+class BERT(Pretraining):
     """BERT-Small (§3.3): "the same hyperparameters" and D's exact shape, trained by masked
     language modelling alone - line 1 and L_MLM, with the generator class at D's size. BERT
     shows its chosen positions 80 % [MASK] / 10 % random / 10 % kept. Fine-tuning keeps
     `mlm.embeddings` and `mlm.encoder`, exactly as it keeps D's for ELECTRA."""
 
     masking = dict(replace_prob=0.8, random_prob=0.1)
-    stage = None
-    schedule_progress, on_progress = ELECTRA.schedule_progress, ELECTRA.on_progress
 
     def __init__(self, cfg):
         super().__init__()

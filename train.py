@@ -87,7 +87,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # Appendix E's count, per step; it changes when two-stage training freezes G.
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
     # DistributedDataParallel where torchrun started several processes; the model itself else.
-    model = dist.wrap(raw_model, find_unused=cfg.two_stage)
+    model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
     if args.compile:
         model = torch.compile(model)
 
@@ -225,7 +225,7 @@ def compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist):
         print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
               "continuing eagerly", file=sys.stderr)
         opt.zero_grad(set_to_none=True)
-        model = dist.wrap(raw_model, find_unused=cfg.two_stage)
+        model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
         return training_step(model, opt, batch, lr, cfg, device, args.precision), model
 
 

@@ -28,7 +28,7 @@ def run_tests(folder, *paths):
 
 def fill(folder, part, body):
     """Write `body` (lines) into part's region of the student copy."""
-    path = folder / ma.BY_NAME[part].where.split(":")[0]
+    path = folder / ma.BY_NAME[part].file
     path.write_text(ma.replace_body(path.read_text(), part, body))
 
 
@@ -39,7 +39,7 @@ def test_every_part_is_marked_once_in_its_file_and_nothing_else_is():
             marked.setdefault(part, []).append(f.name)
     assert sorted(marked) == sorted(ma.BY_NAME)
     for part, files in marked.items():
-        assert files == [ma.BY_NAME[part].where.split(":")[0]], part
+        assert files == [ma.BY_NAME[part].file], part
         assert ma.reference_body(part), part
         assert (ROOT / "tests" / "parts" / f"test_part_{part}.py").is_file(), part
 
