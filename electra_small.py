@@ -74,6 +74,8 @@ def parse_args(argv=None):
     ab.add_argument("--two_stage", action="store_true", default=None,
                     help="G alone for half the budget, then D from G with G frozen")
     ab.add_argument("--disc_weight", type=float, default=None, help="λ (50)")
+    ab.add_argument("--mask_prob", type=float, default=None,
+                    help="share of tokens masked (Table 6 'Mask percent': 0.15; Large: 0.25)")
     p.add_argument("--batch_size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (Table 6: 5e-4)")
     p.add_argument("--optimizer", choices=["official", "torch"], default=None,
@@ -91,7 +93,7 @@ def parse_args(argv=None):
 
 # Config fields the command line may set (the rest come from Table 6 or --size).
 CLI_CONFIG = ("model", "batch_size", "lr", "optimizer", "objective", "generator", "gen_size",
-              "two_stage", "disc_weight")
+              "two_stage", "disc_weight", "mask_prob")
 
 
 def config_from_args(args, meta):
@@ -101,6 +103,9 @@ def config_from_args(args, meta):
             over[name] = getattr(args, name)
     if over.get("gen_size", 1) <= 0 or over.get("disc_weight", 1) < 0 or over.get("lr", 1) <= 0:
         raise DataError("--gen_size and --lr must be positive and --disc_weight non-negative")
+    if not 0 < over.get("mask_prob", 0.15) < 1:
+        raise DataError(f"--mask_prob {over['mask_prob']}: must be a share between 0 and 1, "
+                        "e.g. 0.15 (Table 6) or 0.25 (ELECTRA-Large)")
     cfg = replace(Config(), vocab_size=meta["vocab_size"], **over)
     if cfg.model == "bert":
         cfg = replace(cfg, train_steps=1_450_000)           # Table 6: 1.45M, for equal FLOPs

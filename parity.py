@@ -29,7 +29,8 @@ import torch
 
 from config import SIZES, Config, lr_at
 from ablations import build_model
-from data import DataError, PretrainingData
+from batches import PretrainingData
+from data import DataError
 from objectives import mask_tokens
 from train import make_optimizer, training_step
 

@@ -21,7 +21,8 @@ import torch
 from ablations import build_model
 from checkpoint import CheckpointError, rng_state, save_checkpoint, set_rng_state
 from config import lr_at
-from data import PretrainingData, Prefetcher, load_tokenizer
+from batches import PretrainingData, Prefetcher
+from data import load_tokenizer
 from device import pick_precision
 from distributed import Dist
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step

@@ -6,6 +6,7 @@ import lzma
 import numpy as np
 import pytest
 
+import batches
 import data
 from conftest import CORPUS, run_cli
 from tokenizer import Tokenizer
@@ -60,7 +61,7 @@ def test_examples_follow_the_official_recipe():
     # 3 documents of 40 sentences of 10 tokens: examples end at document ends, most have two
     # segments cut at a sentence boundary, a few are single-segment or shorter than max_len
     lens = np.array(([10] * 40 + [0]) * 3, dtype=np.uint32)
-    ex = data.build_examples(lens, max_len=64, seed=0)
+    ex = batches.build_examples(lens, max_len=64, seed=0)
     doc_of = lambda pos: pos // 400
     a0, a, b0, b = ex.T
     assert (a >= 1).all() and (a + b + 2 + (b > 0) <= 64).all()
@@ -68,14 +69,14 @@ def test_examples_follow_the_official_recipe():
     assert (doc_of(a0) == doc_of(np.maximum(a0, b0 + np.maximum(b, 1) - 1))).all()
     assert 0.6 < (b > 0).mean() < 1.0                       # most have a segment B
     # a sentence longer than max_len - 3 is cut into pieces instead of being dropped
-    ex = data.build_examples(np.array([500, 0], dtype=np.uint32), max_len=64, seed=0)
+    ex = batches.build_examples(np.array([500, 0], dtype=np.uint32), max_len=64, seed=0)
     assert ex[:, 1].sum() + ex[:, 3].sum() >= 500 - 61 and len(ex) >= 8
     # a pure function of (lengths, max_len, seed): what makes --resume exact
-    assert (data.build_examples(lens, 64, 1) == data.build_examples(lens, 64, 1)).all()
+    assert (batches.build_examples(lens, 64, 1) == batches.build_examples(lens, 64, 1)).all()
 
 
 def test_batches_have_segments_padding_and_resume(data_dir):
-    d = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
+    d = batches.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
     b = d.next_batch()
     x, seg, pad = b["x"], b["segment_ids"], b["pad_mask"]
     assert x.shape == seg.shape == pad.shape == (16, 64) and (x[:, 0] == d.cls).all()
@@ -88,7 +89,7 @@ def test_batches_have_segments_padding_and_resume(data_dir):
         assert (x[r, :n] == d.sep).sum() == 1 + int(s.any())
     state = d.state_dict()
     following = [d.next_batch() for _ in range(3)]
-    d2 = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
+    d2 = batches.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=1)
     d2.load_state_dict(state)
     assert all(all((a[k] == c[k]).all() for k in a) for a, c in
                zip(following, [d2.next_batch() for _ in range(3)]))
@@ -100,7 +101,7 @@ def test_masking_never_picks_padding_and_padding_is_not_scored(data_dir):
     from dataclasses import replace
     import objectives
     from ablations import build_model
-    d = data.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=2)
+    d = batches.PretrainingData(data_dir, "train", batch_size=16, seq_len=64, seed=2)
     b = d.next_batch()
     b["pad_mask"][:, 40:] = False                        # force padding into every row
     b["x"] = b["x"].masked_fill(~b["pad_mask"], d.pad)
@@ -122,7 +123,7 @@ def test_masking_never_picks_padding_and_padding_is_not_scored(data_dir):
 
 
 def test_epochs_reshuffle(data_dir):
-    d = data.PretrainingData(data_dir, "train", batch_size=8, seq_len=64, seed=0)
+    d = batches.PretrainingData(data_dir, "train", batch_size=8, seq_len=64, seed=0)
     n = d.batches_per_epoch()
     first = [d.next_batch()["x"][:, 1].tolist() for _ in range(n)]
     assert d.state_dict()["epoch"] == 1 and d.state_dict()["batch"] == 0
@@ -138,18 +139,18 @@ def test_damaged_folders_fail_with_one_clear_line(data_dir, tmp_path):
         return dst
     bad = copy(); (bad / "train.bin").unlink()
     with pytest.raises(data.DataError, match="train.bin is missing"):
-        data.PretrainingData(bad, "train", 4, 64)
+        batches.PretrainingData(bad, "train", 4, 64)
     bad = copy(); (bad / "train.bin").write_bytes((bad / "train.bin").read_bytes()[:-1])
     with pytest.raises(data.DataError, match="not a whole number"):
-        data.PretrainingData(bad, "train", 4, 64)
+        batches.PretrainingData(bad, "train", 4, 64)
     bad = copy(); t = np.fromfile(bad / "train.bin", dtype=np.uint16); t[5] = 60000
     t.tofile(bad / "train.bin")
     with pytest.raises(data.DataError, match="outside the vocabulary"):
-        data.PretrainingData(bad, "train", 4, 64)
+        batches.PretrainingData(bad, "train", 4, 64)
     bad = copy(); meta = json.loads((bad / "meta.json").read_text()); del meta["format"]
     (bad / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(data.DataError, match="older version"):
-        data.PretrainingData(bad, "train", 4, 64)
+        batches.PretrainingData(bad, "train", 4, 64)
 
 
 def test_reads_txt_gz_xz_jsonl_and_folders(tmp_path):

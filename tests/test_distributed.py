@@ -2,14 +2,14 @@
 
 import torch
 
-import data
+import batches
 from checkpoint import load_checkpoint
 from conftest import run_cli
 
 
 def test_ranks_read_disjoint_halves_of_the_global_batch(data_dir):
-    whole = data.PretrainingData(data_dir, "train", 8, 32, seed=3)
-    halves = [data.PretrainingData(data_dir, "train", 8, 32, seed=3, rank=r, world=2)
+    whole = batches.PretrainingData(data_dir, "train", 8, 32, seed=3)
+    halves = [batches.PretrainingData(data_dir, "train", 8, 32, seed=3, rank=r, world=2)
               for r in range(2)]
     for _ in range(3):
         w, hs = whole.next_batch(), [h.next_batch() for h in halves]

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import analyses
 import inspect_discriminator as insp
 from checkpoint import save_checkpoint
 from config import SIZES, Config
@@ -62,31 +63,31 @@ def glue_dir(tmp_path_factory):
 def test_ece_matches_a_hand_worked_example():
     # bins of width 0.1: {0.05 | y 0} -> |0 - 0.05|; {0.15, 0.12 | 1, 0} -> |1 - 0.27|;
     # {0.85 | 1} -> 0.15; {0.95 | 1} -> 0.05. ECE = (0.05 + 0.73 + 0.15 + 0.05) / 5 = 0.196
-    e, bins = insp.ece([0.05, 0.15, 0.12, 0.95, 0.85], [0, 1, 0, 1, 1], n_bins=10)
+    e, bins = analyses.ece([0.05, 0.15, 0.12, 0.95, 0.85], [0, 1, 0, 1, 1], n_bins=10)
     assert e == pytest.approx(0.196)
     assert bins["count"] == [1, 2, 0, 0, 0, 0, 0, 0, 1, 1]
     assert bins["mean_p"][1] == pytest.approx(0.135) and bins["share_replaced"][1] == 0.5
-    assert insp.ece([1.0, 0.0], [1, 0])[0] == 0.0           # P = 1.0 lands in the top bin
-    assert insp.ece([0.3] * 10, [1] * 3 + [0] * 7)[0] == pytest.approx(0.0)
+    assert analyses.ece([1.0, 0.0], [1, 0])[0] == 0.0           # P = 1.0 lands in the top bin
+    assert analyses.ece([0.3] * 10, [1] * 3 + [0] * 7)[0] == pytest.approx(0.0)
 
 
 def test_roc_auc_by_hand_with_ties():
-    assert insp.roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    assert analyses.roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
     # pairs (pos, neg): 0.5>0.2, 0.5=0.5 (half), 0.9>0.2, 0.9>0.5 -> 3.5 / 4
-    assert insp.roc_auc([0.2, 0.5, 0.5, 0.9], [0, 0, 1, 1]) == pytest.approx(0.875)
-    assert insp.roc_auc([0.5] * 4, [0, 1, 0, 1]) == pytest.approx(0.5)
-    assert insp.roc_auc([0.9, 0.1], [0, 1]) == 0.0
-    assert insp.roc_auc([0.1, 0.2], [1, 1]) is None
+    assert analyses.roc_auc([0.2, 0.5, 0.5, 0.9], [0, 0, 1, 1]) == pytest.approx(0.875)
+    assert analyses.roc_auc([0.5] * 4, [0, 1, 0, 1]) == pytest.approx(0.5)
+    assert analyses.roc_auc([0.9, 0.1], [0, 1]) == 0.0
+    assert analyses.roc_auc([0.1, 0.2], [1, 1]) is None
 
 
 def test_best_mcc_picks_the_separating_threshold():
-    mcc, t = insp.best_mcc([0.9, 0.1, 0.3, 0.2, 0.4], [1, 0, 1, 0, 1])
+    mcc, t = analyses.best_mcc([0.9, 0.1, 0.3, 0.2, 0.4], [1, 0, 1, 0, 1])
     assert (mcc, t) == (pytest.approx(1.0), 0.3)            # "positive when score >= 0.3"
     rng = np.random.default_rng(0)
     s, y = rng.random(50), rng.integers(0, 2, 50)
-    mcc, t = insp.best_mcc(s, y)
-    assert mcc == pytest.approx(max(insp.matthews_corr((s >= u).astype(int), y) for u in s))
-    assert insp.matthews_corr((s >= t).astype(int), y) == pytest.approx(mcc)
+    mcc, t = analyses.best_mcc(s, y)
+    assert mcc == pytest.approx(max(analyses.matthews_corr((s >= u).astype(int), y) for u in s))
+    assert analyses.matthews_corr((s >= t).astype(int), y) == pytest.approx(mcc)
 
 
 # ----------------------------------------------------------------------------- Figure 2
@@ -140,7 +141,7 @@ def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, monkeypat
     model, tok, _ = loaded
     monkeypatch.setattr(model, "discriminator", FakeD(tok.encode(" " + bad)[0]))
     with torch.inference_mode():
-        pred, scores = insp.zero_shot(model, tok, ["a fine film", "it was dull", "x"],
+        pred, scores = analyses.zero_shot(model, tok, ["a fine film", "it was dull", "x"],
                                       ["terrible", "great"], max_len=64)
     assert pred.tolist() == [expect] * 3 and scores.shape == (3, 2)
     assert (scores[:, 1 - expect] > scores[:, expect]).all()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from checkpoint import load_checkpoint
+from config import Config
 from conftest import ROOT, run_cli
 
 TINY = ["--size", "tiny", "--threads", "2"]
@@ -125,6 +126,8 @@ def test_ctrl_c_saves_a_checkpoint(data_dir, tmp_path):
     (["--save_at", "0.5,2"], "--save_at"),
     (["--two_stage"], "gen_size 1"),                             # ablations that do not combine
     (["--generator", "unigram", "--objective", "electra15"], "combine"),
+    (["--mask_prob", "1.5"], "--mask_prob"),
+    (["--mask_prob", "0"], "--mask_prob"),
 ])
 def test_bad_budget_is_one_line(data_dir, tmp_path, extra, message):
     r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", tmp_path / "o", *TINY, *extra)
@@ -155,6 +158,17 @@ def test_bad_checkpoints_are_refused_and_never_overwritten(data_dir, tmp_path):
     r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume")
     assert one_error_line(r) and "truncated" in r.stderr, r.stderr
     assert not list(out.glob(".*tmp*"))
+
+
+def test_mask_prob_reaches_the_masking(data_dir, tmp_path):
+    """--mask_prob (Table 6's "Mask percent") sets the config, and with it how many slots
+    mask_tokens fills: 40 % of 64 tokens needs more slots than 15 %."""
+    out = tmp_path / "o"
+    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "1",
+                "--mask_prob", "0.4")
+    assert r.returncode == 0, r.stderr
+    cfg = Config.from_dict(load_checkpoint(out / "ckpt.pt")["config"])
+    assert cfg.mask_prob == 0.4 and cfg.n_slots > Config(seq_len=cfg.seq_len).n_slots
 
 
 def test_checkpoint_holds_no_pickled_code(data_dir, tmp_path):

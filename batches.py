@@ -1,0 +1,238 @@
+"""Batches: a prepared token stream -> two-segment 128-token examples -> batches.
+
+Paper §2 and Appendix A, the training-time half of the input pipeline (data.py prepares the
+token stream once; this file reads it every step):
+  1. an example is [CLS] A [SEP] B [SEP]: sentences of one document up to the target length
+     (Table 6: 128), cut into two segments at a sentence boundary (segment ids 0/1, which the
+     sentence-pair GLUE tasks use), padded where a document ends early (build_examples);
+  2. examples are served in a shuffled order that is a pure function of (seed, epoch), so the
+     data position is two integers and --resume continues exactly (PretrainingData);
+  3. masking is *dynamic* ("masked positions decided on-the-fly instead of during
+     preprocessing", Appendix A): every time a sequence is used it gets fresh positions m.
+     The masking itself is line 1 of the algorithm, objectives.mask_tokens; this file only
+     gives each batch its own random-number generator for it (mask_generator), so that a
+     resumed run draws exactly the masks the uninterrupted run would have drawn.
+"""
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from data import FORMAT, DataError, load_meta
+
+
+def load_split(data_dir, split, meta):
+    """A split's token stream (uint16 memmap) and sentence lengths, checked against each other
+    and against the vocabulary, so a damaged folder fails here with a clear line rather than
+    later with an index error or silently wrong batches."""
+    bin_path, len_path = Path(data_dir) / f"{split}.bin", Path(data_dir) / f"{split}.sent.bin"
+    redo = "prepare it again with `python data.py --corpus FILES --name NAME`"
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{data_dir} was prepared by an older version of data.py (no sentence "
+                        f"boundaries, which two-segment examples need): {redo}")
+    for path in (bin_path, len_path):
+        if not path.is_file():
+            raise DataError(f"{path} is missing: {redo}")
+    if bin_path.stat().st_size % 2 or len_path.stat().st_size % 4:
+        raise DataError(f"{bin_path.parent}: {split}.bin or {split}.sent.bin is not a whole "
+                        f"number of entries (truncated copy?): {redo}")
+    if bin_path.stat().st_size == 0:
+        raise DataError(f"{bin_path} is empty: {redo} with more text")
+    # A memmap reads the token stream from disk on demand: a corpus larger than memory costs
+    # nothing to open, and uint16 halves its size (the vocabulary is below 65,536). The sentence
+    # lengths are small (one uint32 per sentence) and read whole.
+    tokens = np.memmap(bin_path, dtype=np.uint16, mode="r")
+    lengths = np.fromfile(len_path, dtype=np.uint32)
+    if int(lengths.sum(dtype=np.int64)) != len(tokens):
+        raise DataError(f"{bin_path.parent}: {split}.sent.bin does not match {split}.bin "
+                        f"(files from different preparations?): {redo}")
+    top = int(tokens.max())
+    if top >= meta["vocab_size"]:
+        raise DataError(f"{bin_path} holds token id {top}, outside the vocabulary of "
+                        f"{meta['vocab_size']} in meta.json: {redo}")
+    return tokens, lengths
+
+
+def build_examples(lengths, max_len, seed):
+    """Pre-training examples as the official build_pretraining_dataset.py builds them (ELECTRA's
+    version of BERT's data pipeline), from the sentence lengths of a prepared split.
+
+    `lengths` lists each sentence's token count in stream order, 0 marking a document's end.
+    Sentences are collected until they reach the target length or the document ends - so no
+    example crosses a document boundary - and then cut into two segments at a sentence
+    boundary: A gets about half the target ((target - 3) / 2 tokens, the -3 leaving room for
+    [CLS] and two [SEP]), B the rest. 10 % of examples keep everything in A (a single segment,
+    like single-sentence GLUE tasks), and 5 % get a random shorter target (5..max_len), so the
+    model also sees short, padded inputs as in fine-tuning. A is trimmed to max_len - 2 and B to
+    what is left after [CLS] A [SEP] ... [SEP]; text past the end is dropped, as officially.
+
+    Two deviations, both to keep each segment one contiguous slice of the token stream (so an
+    example is four integers): a sentence longer than max_len - 3 is cut to fill examples
+    (the official code would keep its head and drop the rest), and once B has started
+    every later sentence goes to B (the official rule could put a short later sentence back
+    into A). Returns an (N, 4) int64 array of (a_start, a_len, b_start, b_len), a pure function
+    of (lengths, max_len, seed), which is what makes --resume exact."""
+    # Every random choice comes from one seeded stream, in a fixed order: the same corpus and
+    # seed always give the same examples, so a checkpoint only needs (epoch, batch) to resume.
+    coins = _uniforms(np.random.default_rng(seed))
+    piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
+    out, cur, start, pos = [], [], 0, 0            # cur: token counts of the collected sentences
+    target = max_len
+
+    def emit():
+        nonlocal cur, target
+        # Where A ends: usually about half-way, so most examples have a B (and the segment-B
+        # embedding that six of the eight GLUE tasks read gets trained); 10 % of the time no
+        # limit, so the model also sees single-segment inputs as in CoLA and SST-2.
+        first_target = 1 << 30 if next(coins) < 0.1 else (target - 3) // 2
+        a = b = 0
+        for n in cur:
+            if b == 0 and (a == 0 or a + n < first_target or
+                           (a < first_target and next(coins) < 0.5)):
+                a += n
+            else:
+                b += n
+        a_len = min(a, max_len - 2)
+        b_len = min(b, max(0, max_len - a_len - 3))
+        out.append((start, a_len, start + a, b_len))
+        cur = []
+        # 5 % of examples aim at a random shorter length (official): fine-tuning inputs are
+        # often short and padded, and pre-training should not be all full-length sequences.
+        target = int(5 + next(coins) * (max_len - 4)) if next(coins) < 0.05 else max_len
+
+    for n in lengths.tolist():
+        if n == 0:      # end of a document: close the example (never mix two documents)
+            if cur:
+                emit()
+            continue
+        while n > 0:
+            if not cur:
+                start = pos
+            # a sentence too long for any example fills this one up to max_len - 3 tokens;
+            # the rest of it starts the next example
+            k = n if n <= piece else max(1, piece - sum(cur))
+            cur.append(k)
+            pos, n = pos + k, n - k
+            if sum(cur) >= target or n > 0:
+                emit()
+    if cur:
+        emit()
+    return np.array(out, dtype=np.int64).reshape(-1, 4)
+
+
+def _uniforms(rng, block=65536):
+    """An endless stream of U(0, 1) floats drawn in blocks: one numpy call per draw would cost
+    more than the rest of build_examples' loop."""
+    while True:
+        yield from rng.random(block).tolist()
+
+
+class PretrainingData:
+    """The examples of a prepared split ([CLS] A [SEP] B [SEP], padded to seq_len), in a
+    shuffled order that is a pure function of (seed, epoch), so the data position is just two
+    integers (epoch, batch) - saved in every checkpoint, which makes --resume exact."""
+
+    def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1):
+        self.dir = Path(data_dir)
+        self.meta = load_meta(self.dir)
+        self.tokens, lengths = load_split(self.dir, split, self.meta)
+        self.examples = build_examples(lengths, seq_len, seed)
+        self.n_seqs, self.seq_len = len(self.examples), seq_len
+        if self.n_seqs < batch_size:
+            raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} examples of up to "
+                            f"{seq_len} tokens, fewer than one batch of {batch_size}: "
+                            "prepare more text or lower --batch_size")
+        # With N processes (torchrun) each rank reads its own 1/N slice of every global batch.
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.local = batch_size // world
+        self.cls, self.sep, self.pad = self.meta["cls_id"], self.meta["sep_id"], self.meta["pad_id"]
+        self.epoch, self.batch = 0, 0
+        self._order_epoch, self._order = None, None
+
+    def batches_per_epoch(self):
+        return self.n_seqs // self.batch_size
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batch": self.batch, "format": FORMAT}
+
+    def load_state_dict(self, state):
+        if state.get("format") != FORMAT:
+            raise DataError("the checkpoint's data position refers to the older data layout "
+                            "(one packed stream); resuming it would not continue where it "
+                            "stopped: start a new run with this version")
+        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+
+    def mask_generator(self):
+        """A torch RNG seeded by the data position, so masks differ every time a sequence is
+        seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
+        g = torch.Generator()
+        g.manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
+                      + self.rank)
+        return g
+
+    def next_batch(self):
+        """The next (B / world) examples as int64 tensors of shape (B / world, seq_len):
+        x ([CLS] A [SEP] B [SEP] [PAD]...), segment_ids (0 for [CLS] A [SEP], 1 for B [SEP]) and
+        pad_mask (True on real tokens); advances the position. The shape never changes, so a
+        GPU sees static shapes; padding is excluded by pad_mask from attention, masking and
+        L_Disc."""
+        if self._order_epoch != self.epoch:
+            # the epoch's order is a pure function of (seed, epoch): no state to save but two
+            # integers, and every process of a data-parallel run computes the same order
+            rng = np.random.default_rng([self.seed, self.epoch])
+            self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
+        first = self.batch * self.batch_size + self.rank * self.local   # this rank's slice
+        rows = self.examples[self._order[first:first + self.local]]
+        # Always seq_len wide, padded: static shapes (no recompilation on a GPU), and the pad
+        # positions are excluded everywhere by pad_mask rather than by cutting the tensor.
+        x = np.full((len(rows), self.seq_len), self.pad, dtype=np.int64)
+        seg = np.zeros_like(x)
+        for r, (a0, a, b0, b) in enumerate(rows.tolist()):
+            x[r, 0], x[r, 1:1 + a], x[r, 1 + a] = self.cls, self.tokens[a0:a0 + a], self.sep
+            if b:                                   # segment B and its [SEP]
+                x[r, 2 + a:2 + a + b], x[r, 2 + a + b] = self.tokens[b0:b0 + b], self.sep
+                seg[r, 2 + a:3 + a + b] = 1
+        self.batch += 1
+        if self.batch >= self.batches_per_epoch():
+            self.epoch, self.batch = self.epoch + 1, 0
+        x = torch.from_numpy(x)
+        return dict(x=x, segment_ids=torch.from_numpy(seg), pad_mask=x != self.pad)
+
+
+class Prefetcher:
+    """Prepares batches in a background thread while the GPU computes (reading the memmap,
+    masking, copying into pinned memory cost CPU time that would otherwise stall the GPU).
+    Each item is (batch, data position after it): the trainer checkpoints the position of the
+    last batch it *used*, not of the ones waiting in the queue, so --resume stays exact."""
+
+    def __init__(self, make_batch, depth=4):
+        self.make_batch, self.queue = make_batch, queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self):
+        try:
+            while not self.stop.is_set():
+                item = self.make_batch()
+                item = ({k: v.pin_memory() for k, v in item[0].items()}, item[1])
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+        except Exception as e:              # surface errors in the training thread
+            self.queue.put(e)
+
+    def __call__(self):
+        item = self.queue.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
