@@ -187,9 +187,14 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
     to val.bin. Everything is written into a temporary folder renamed into place at the end,
     so an interrupted preparation leaves nothing half-written."""
     out_dir = Path(out_dir)
+    check_out_dir(out_dir)              # before any work: an earlier preparation is replaced
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:                # --out_root is a file, or read-only
+        raise DataError(f"{out_dir}: cannot create it ({e.strerror or e}): choose another "
+                        "--out_root") from None
     threads = threads or os.cpu_count()
     try:
         docs = iter(documents)
@@ -266,12 +271,29 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
                     train_tokens=counts["train"], val_tokens=counts["val"], documents=n_docs,
                     sentences=n_sents, source=source)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        # An earlier preparation of the same name is moved aside, and deleted only once the new
+        # one is in place: whatever interrupts this, one whole preparation stays at out_dir.
+        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
         if out_dir.exists():
-            shutil.rmtree(out_dir)
+            os.replace(out_dir, old)
         os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
         return meta
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_out_dir(out_dir):
+    """prepare() replaces out_dir, so out_dir must be an earlier preparation, an empty folder
+    or nothing yet. `--name ..`, or a name that happens to be one of the user's own folders,
+    must never cost a single file."""
+    if out_dir.name in ("", ".", "..") or out_dir.resolve() == Path(__file__).resolve().parent:
+        raise DataError(f"{out_dir}: not a folder for prepared data: give a --name such as wiki00")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"{out_dir} is a file, not a data folder: choose another --name")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "meta.json").is_file():
+        raise DataError(f"{out_dir} holds files but is not a prepared data folder (no "
+                        "meta.json), so it is not replaced: choose another --name or --out_root")
 
 
 def _hold_out_tail(folder, val_every):

@@ -73,6 +73,17 @@ def learnable_data_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One PyTorch thread for a module's tests (small models gain nothing from more, and other
+    jobs share the cores), restored afterwards for the other test files."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def stand_in_attention(monkeypatch):
     """For the assignment tests (tests/parts/, make_assignment.py): part 7, self-attention,

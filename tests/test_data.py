@@ -186,6 +186,27 @@ def test_bad_corpus_gives_one_line_and_writes_nothing(tmp_path, name, content, m
     assert not any((tmp_path / "out").glob(".*tmp*")) if (tmp_path / "out").exists() else True
 
 
+def test_preparing_never_replaces_a_folder_that_is_not_a_preparation(tmp_path, corpus_file):
+    """data.py replaces out_root/NAME. A user's own folder there, or `--name ..` (out_root's
+    parent, which holds everything else), is refused with one line, and nothing in it is lost;
+    an earlier preparation of the same name is replaced, with no leftovers beside it."""
+    home = tmp_path / "home"
+    (home / "mine").mkdir(parents=True)
+    (home / "mine" / "notes.txt").write_text("keep")
+    (home / "data").mkdir()
+    for out_root, name in ((home / "data", ".."), (home, "mine")):
+        r = run_cli("data.py", "--corpus", corpus_file, "--name", name, "--out_root", out_root,
+                    "--vocab_size", "300")
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(err) == 1 and "--name" in err[0], r.stderr
+        assert (home / "mine" / "notes.txt").read_text() == "keep"
+    quiet = dict(bpe_mb=1, log=lambda *a, **k: None)
+    data.prepare(data.read_documents(corpus_file), home / "data" / "c", vocab_size=300, **quiet)
+    data.prepare(data.read_documents(corpus_file), home / "data" / "c", vocab_size=280, **quiet)
+    assert data.load_meta(home / "data" / "c")["vocab_size"] == 280
+    assert sorted(p.name for p in (home / "data").iterdir()) == ["c"]
+
+
 def test_cli_prepares_a_real_shard_sample(tmp_path):
     if not CORPUS.exists():
         pytest.skip("../shared/data/corpus is absent (only on the project's machines)")

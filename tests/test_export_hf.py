@@ -30,12 +30,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # no warnings into ca
 TOL = 1e-4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest: restores the count after
 
 
 def corpus():

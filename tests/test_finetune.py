@@ -30,13 +30,7 @@ from test_glue import A, B, Y, write_glue  # noqa: E402
 SHARED = ROOT.parent / "shared" / "data"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One PyTorch thread here, restored afterwards for the other test files."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest: restores the count after
 
 
 def corpus_text(n_chars=300_000):

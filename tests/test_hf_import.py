@@ -34,12 +34,7 @@ TINY = dict(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attentio
             intermediate_size=64, max_position_embeddings=64)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest: restores the count after
 
 
 def vocab_tokens():
