@@ -344,6 +344,8 @@ def run(args):
         pass
     if not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
         raise GlueError(f"{path.parent}: cannot write the results there")
+    if path.is_dir():                       # else it would fail only after the fine-tuning
+        raise GlueError(f"--out {path}: is a folder; give a file name such as {path / 'glue.json'}")
     state, shapes, tok, info = pre
     max_len = min(hp["max_len"], shapes["max_len"])
     print(f"{info['model']} checkpoint {args.ckpt}: step {info['steps']}, encoder "

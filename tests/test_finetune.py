@@ -252,6 +252,10 @@ def test_cli_errors_one_line(tiny_ckpt, tmp_path, capsys):
                                    capsys), res, "cannot write the results")
     assert_clean_failure(*run_main([*common[:2], "--glue_dir", str(tmp_path)], capsys), res,
                          "holds none of the GLUE task folders")
+    (tmp_path / "outdir").mkdir()             # --out names a folder: refused before fine-tuning
+    assert_clean_failure(*run_main([*common[:4], "--out", str(tmp_path / "outdir")], capsys),
+                         res, "is a folder")
+    assert not any((tmp_path / "outdir").iterdir())
     bad = tmp_path / "g" / "RTE" / "dev.tsv"
     bad.write_text(bad.read_text() + "9\tonly\tthree\n")
     assert_clean_failure(*run_main([*common, "--tasks", "rte"], capsys), res,
