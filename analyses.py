@@ -12,12 +12,20 @@ exactly as a pre-training step does (g_corrupt: mask_tokens, x̂ ~ p_G, corrupt)
   scoring      is an original sentence scored below its G-corrupted, random-token and
                word-shuffled variants?
   sst2         "<sentence> It was great/terrible.": the label word D finds less replaced wins.
+  attention    does D (or G) read word order yet? Each head's mean attention on the tokens at
+               offsets -3..+3 against the 1/n of attention spread evenly. A replaced word is
+               mostly a frequent word in the wrong place; a network that cannot yet look at
+               its neighbours sees a bag of words and cannot tell (README, "Why small runs sit
+               on a plateau").
 The command line, the sentence view and Figure 2 are in inspect_discriminator.py.
 """
+import math
+
 import numpy as np
 import torch
 
 from atomic import atomic_write
+from encoder import attention_mask
 from glue import matthews_corr, rank_average, read_split
 from objectives import corrupt, mask_tokens, sample
 import matplotlib
@@ -247,4 +255,69 @@ def sst2(model, tok, cfg, glue_dir, words, prompt):
     print(f"sst2: zero-shot accuracy {res['accuracy']:.1%} (words {words}; centred "
           f"{res['accuracy_centred']:.1%}) vs majority class {res['majority']:.1%} | predicted "
           f"{'/'.join(f'{q:.0%}' for q in res['predicted_share'])}")
+    return res
+
+
+# ----------------------------------------------------------------------------- attention by offset
+
+def attention_maps(net, x, pad_mask=None, seg=None):
+    """The attention weights of every block of `net` (G or D) on x: a list of (B, heads, T, T),
+    recomputed from each block's q and k as SelfAttention computes them (the fused kernel there
+    never materialises the weights). Padded keys get weight 0, as under the block's mask."""
+    h, mask, maps = net.encoder.proj(net.embeddings(x, seg)), attention_mask(pad_mask), []
+    for block in net.encoder.blocks:
+        B, T, H = h.shape
+        nh = block.attn.heads
+        q, k, _ = block.attn.qkv(h).view(B, T, 3, nh, H // nh).permute(2, 0, 3, 1, 4)
+        s = q @ k.transpose(-1, -2) / math.sqrt(H // nh)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        maps.append(torch.softmax(s.float(), dim=-1))
+        h = block(h, mask)
+    return maps
+
+
+def by_offset(a, pad_mask, offsets=(-3, -2, -1, 0, 1, 2, 3)):
+    """From attention weights a (B, heads, T, T): each head's mean weight from a real token t
+    to the real token t + o, for each offset o -> (heads, len(offsets)); and the mean of 1/n
+    over those queries (n real tokens in the sequence), the weight of attention spread evenly."""
+    B, nh, T, _ = a.shape
+    real = torch.ones(B, T, dtype=torch.bool) if pad_mask is None else pad_mask
+    out = torch.zeros(nh, len(offsets))
+    for j, o in enumerate(offsets):
+        q = torch.arange(max(0, -o), min(T, T - o))          # queries whose t + o exists
+        both = real[:, q] & real[:, q + o]                   # (B, len(q))
+        w = a[:, :, q, q + o]                                # (B, heads, len(q))
+        out[:, j] = (w * both[:, None]).sum((0, 2)) / both.sum().clamp(min=1)
+    n = real.sum(1, keepdim=True).float().expand(B, T)[real]
+    return out, (1.0 / n).mean().item()
+
+
+def attention(model, tok, cfg, seqs, offsets=(-3, -2, -1, 0, 1, 2, 3)):
+    """Does D (and G) attend to its neighbours yet? For every head, the mean attention on the
+    tokens at each offset, on held-out sequences, next to the even spread 1/n. A head that
+    reads word order puts several times 1/n on offset -1 or +1."""
+    res = dict(offsets=list(offsets))
+    for name in ("discriminator", "generator"):
+        net = getattr(model, name, None)
+        if net is None:
+            continue
+        sums, uni, nb = None, 0.0, 0
+        for _, x, pad_mask, _ in batches([s for s, _ in seqs], tok.pad_id):
+            rows = [by_offset(a, pad_mask, offsets) for a in attention_maps(net, x, pad_mask)]
+            layer = torch.stack([r[0] for r in rows])        # (layers, heads, offsets)
+            sums = layer if sums is None else sums + layer
+            uni, nb = uni + rows[0][1], nb + 1
+        if not nb:
+            raise InspectError("no held-out sequence to measure attention on")
+        mean, uni = (sums / nb), uni / nb
+        near = mean[:, :, [offsets.index(-1), offsets.index(1)]].max(-1).values  # best neighbour
+        res[name] = dict(by_offset=mean.tolist(), uniform=uni,
+                         neighbour_max=float(near.max()), neighbour_max_ratio=float(near.max() / uni))
+        for li in range(mean.shape[0]):
+            for hd in range(mean.shape[1]):
+                cells = " ".join(f"{o:+d}:{v:.3f}" for o, v in zip(offsets, mean[li, hd].tolist()))
+                print(f"attention {name[0].upper()} layer {li} head {hd}: {cells}")
+        print(f"attention: {name}'s most neighbour-bound head puts {near.max():.3f} of its weight "
+              f"on one neighbour ({near.max() / uni:.1f}x the even spread 1/n = {uni:.3f})")
     return res

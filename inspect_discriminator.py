@@ -6,6 +6,7 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python inspect_discriminator.py figure2 --ckpt out/ckpt.pt     # "the chef cooked the meal"
     python inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
     python inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
+    python inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
     python inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
 
 The head scores "replaced": P(replaced) = sigmoid(logit_t) = 1 - D(x, t), D(x, t) being the
@@ -29,7 +30,7 @@ from ablations import build_model
 from batches import PretrainingData, load_split
 from data import DataError, load_meta, read_documents, split_sentences
 from glue import GlueError
-from analyses import InspectError, calibration, cola, d_probs, encode, p_replaced, pieces, \
+from analyses import InspectError, attention, calibration, cola, d_probs, encode, p_replaced, pieces, \
     save_png, scoring, shown, sst2
 from objectives import Masked, corrupt, sample
 from tokenizer import Tokenizer
@@ -37,7 +38,7 @@ import matplotlib
 matplotlib.use("Agg")                              # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-COMMANDS = ("show", "figure2", "calibration", "cola", "scoring", "sst2", "all")
+COMMANDS = ("show", "figure2", "calibration", "cola", "scoring", "sst2", "attention", "all")
 SHARED_GLUE = Path(__file__).resolve().parent.parent / "shared" / "data" / "glue"
 
 
@@ -279,12 +280,14 @@ def run(args):
     glue = args.glue_dir if args.glue_dir and Path(args.glue_dir).is_dir() else None
     if cmd in ("cola", "sst2") and not glue:
         raise InspectError(f"no GLUE folder {args.glue_dir or ''}: give --glue_dir (CoLA/, SST-2/)")
-    held = held_out(args, tok, cfg) if cmd in ("calibration", "scoring", "all") else None
+    held = held_out(args, tok, cfg) if cmd in ("calibration", "scoring", "attention", "all") \
+        else None
     jobs = dict(calibration=lambda: calibration(model, tok, cfg, held[0], args.seed, args.bins,
                                                 out),
                 scoring=lambda: scoring(model, tok, cfg, held[1], args.n_sentences, args.seed),
                 cola=lambda: cola(model, tok, cfg, glue, out),
-                sst2=lambda: sst2(model, tok, cfg, glue, label_words, args.prompt))
+                sst2=lambda: sst2(model, tok, cfg, glue, label_words, args.prompt),
+                attention=lambda: attention(model, tok, cfg, held[0]))
     if cmd != "all":
         return jobs[cmd]()
     tr = figure2(model, tok, cfg, text, items, args.topk, args.seed, out)
@@ -292,7 +295,7 @@ def run(args):
                      figure2={k: v.tolist() for k, v in tr.items()}), {}
     if not glue:
         print("note: no GLUE folder (--glue_dir): cola and sst2 skipped")
-    for name in ("calibration", "scoring") + (("cola", "sst2") if glue else ()):
+    for name in ("calibration", "scoring", "attention") + (("cola", "sst2") if glue else ()):
         t = time.time()
         res[name], secs[name] = jobs[name](), round(time.time() - t, 1)
     res["seconds"] = dict(secs, total=round(time.time() - t0, 1))

@@ -147,6 +147,48 @@ def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, monkeypat
     assert (scores[:, 1 - expect] > scores[:, expect]).all()
 
 
+def test_attention_maps_reproduce_each_blocks_attention(loaded):
+    # The weights are recomputed outside the fused kernel; multiplied into v and projected they
+    # must give exactly what the block's own attention computes, padding included.
+    model = loaded[0]
+    torch.manual_seed(1)
+    x = torch.randint(4, model.discriminator.embeddings.token.num_embeddings, (3, 9))
+    pad_mask = torch.ones_like(x, dtype=torch.bool)
+    pad_mask[1, 6:] = False
+    for net in (model.discriminator, model.generator):
+        maps = analyses.attention_maps(net, x, pad_mask)
+        h = net.encoder.proj(net.embeddings(x))
+        assert len(maps) == len(net.encoder.blocks)
+        for a, block in zip(maps, net.encoder.blocks):
+            B, T, H = h.shape
+            nh = block.attn.heads
+            v = block.attn.qkv(h).view(B, T, 3, nh, H // nh)[:, :, 2].transpose(1, 2)
+            ours = block.attn.out((a @ v).transpose(1, 2).reshape(B, T, H))
+            ref = block.attn(h, pad_mask[:, None, None, :])
+            assert torch.allclose(ours[pad_mask], ref[pad_mask], atol=1e-5)
+            assert torch.allclose(a.sum(-1), torch.ones(B, nh, T))
+            assert (a[1, :, :, 6:] == 0).all()                   # no weight on padding
+            h = block(h, pad_mask[:, None, None, :])
+
+
+def test_by_offset_hand_worked():
+    # Head 0 reads the previous token (the first token reads itself), head 1 spreads evenly
+    # over the real tokens. Sequence 1 has 6 real tokens, sequence 2 has 4 and 2 pads.
+    T = 6
+    pad_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    a = torch.zeros(2, 2, T, T)
+    for b, n in enumerate((6, 4)):
+        for t in range(n):
+            a[b, 0, t, max(t - 1, 0)] = 1.0
+            a[b, 1, t, :n] = 1.0 / n
+    w, uniform = analyses.by_offset(a, pad_mask, offsets=(-1, 0, 1))
+    assert uniform == pytest.approx((6 * (1 / 6) + 4 * (1 / 4)) / 10)        # 0.2
+    # head 0: every query with a previous token puts all on it; offset 0 only at t = 0
+    assert w[0].tolist() == pytest.approx([1.0, 2 / 10, 0.0])
+    # head 1: 5 pairs at 1/6 and 3 pairs at 1/4 for offsets -1 and +1; 10 at 1/n for 0
+    assert w[1].tolist() == pytest.approx([(5 / 6 + 3 / 4) / 8, 0.2, (5 / 6 + 3 / 4) / 8])
+
+
 # ----------------------------------------------------------------------------- command line
 
 def test_every_subcommand_runs_and_writes_pngs_and_json(tiny, learnable_data_dir, glue_dir,
@@ -165,6 +207,9 @@ def test_every_subcommand_runs_and_writes_pngs_and_json(tiny, learnable_data_dir
     assert "ECE" in capsys.readouterr().out
     assert insp.main(["scoring", *common, *data]) == 0
     assert "shuffled" in capsys.readouterr().out
+    assert insp.main(["attention", *common, *data]) == 0
+    text = capsys.readouterr().out
+    assert "discriminator's most neighbour-bound head" in text and "attention G layer 1" in text
     for cmd in ("cola", "sst2"):
         assert insp.main([cmd, *common, "--glue_dir", str(glue_dir)]) == 0
     assert "ROC-AUC" in capsys.readouterr().out
@@ -180,6 +225,9 @@ def test_every_subcommand_runs_and_writes_pngs_and_json(tiny, learnable_data_dir
     assert res["cola"]["n"] == (1043 if glue == real else 12)
     assert 0 <= res["sst2"]["accuracy"] <= 1 and res["sst2"]["majority"] >= 0.5
     assert set(res["scoring"]) >= {"generator", "random", "shuffled"}
+    d = res["attention"]["discriminator"]
+    assert len(d["by_offset"]) == 2 and len(d["by_offset"][0]) == 2      # tiny: 2 layers x 2 heads
+    assert d["neighbour_max"] == pytest.approx(d["neighbour_max_ratio"] * d["uniform"])
     assert set(res["seconds"]) >= {"calibration", "scoring", "cola", "sst2", "total"}
 
 
