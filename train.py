@@ -12,6 +12,7 @@ positions), forward(x, masked, ...) -> (loss, statistics), and two hooks, schedu
 on_progress, that two-stage training (§3.2) uses to split the budget in two.
 """
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -253,8 +254,16 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
         left = (args.flops - st["flops"]) / flops_per_step * dt / steps
     else:
         left = (args.max_steps - st["step"]) * dt / steps
+    # The plateau's loss: "everything is real" with the right bias scores the entropy of the
+    # replaced share r, H(r) = -r ln r - (1-r) ln(1-r). L_Disc below it is D learning more
+    # than how many tokens are replaced.
+    share = (s["replaced_correct"][1] / s["disc_correct"][1]).item() \
+        if "disc_correct" in s and s["disc_correct"][1] > 0 else None
+    prior = None if share is None else 0.0 if share in (0.0, 1.0) else \
+        -share * math.log(share) - (1 - share) * math.log(1 - share)
     return dict(step=st["step"], mlm_loss=(s["mlm_loss"] / steps / world).item(),
                 disc_loss=(s["disc_loss"] / steps / world).item() if "disc_loss" in s else None,
+                replaced_share=share, disc_prior_entropy=prior,
                 gen_acc=ratio("gen_correct"), disc_acc=ratio("disc_correct"),
                 disc_acc_replaced=ratio("replaced_correct"),
                 disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
@@ -263,10 +272,13 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
 
 
 def progress_line(r):
-    """`step N | L_MLM … | G acc … | L_Disc … | D acc … | replaced: recall … precision … | …`"""
+    """`step N | L_MLM … | G acc … | L_Disc … (plateau H(r)) | D acc … | replaced: recall …
+    precision … | …`"""
     pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
     disc = "" if r["disc_loss"] is None else \
-        f" | L_Disc {r['disc_loss']:.4f} | D acc {pct(r['disc_acc'])} | replaced: " \
+        f" | L_Disc {r['disc_loss']:.4f}" + \
+        (f" (plateau {r['disc_prior_entropy']:.3f})" if r.get("disc_prior_entropy") is not None
+         else "") + f" | D acc {pct(r['disc_acc'])} | replaced: " \
         f"recall {pct(r['disc_acc_replaced'])} precision {pct(r.get('disc_precision_replaced'))}"
     eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
         f"{r['eta_s'] / 86400:.1f}d"

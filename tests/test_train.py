@@ -1,5 +1,6 @@
 """The trainer end to end on a CPU: learning, budgets, checkpoints, resume, bad input."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -55,7 +56,31 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     at100 = read_log(out)[100]
     assert at100["disc_acc_replaced"] >= 0.15 and at100["disc_precision_replaced"] >= 0.5, at100
-    assert "recall" in r.stdout and "precision" in r.stdout
+    assert "recall" in r.stdout and "precision" in r.stdout and "(plateau 0." in r.stdout
+    # below the plateau's loss, the entropy of the replaced share, and that entropy is H(r)
+    r_ = at100["replaced_share"]
+    assert 0.05 < r_ < 0.2
+    assert at100["disc_prior_entropy"] == pytest.approx(-r_ * math.log(r_) -
+                                                        (1 - r_) * math.log(1 - r_))
+    assert at100["disc_loss"] < at100["disc_prior_entropy"] - 0.02, at100
+
+
+def test_log_record_counts_the_plateau_from_the_replaced_share():
+    import argparse
+    from train import log_record, progress_line
+    cfg = Config(batch_size=2, seq_len=50)
+    sums = dict(mlm_loss=torch.tensor(6.0), disc_loss=torch.tensor(0.6),
+                gen_correct=torch.tensor([3.0, 10.0]), disc_correct=torch.tensor([90.0, 100.0]),
+                replaced_correct=torch.tensor([4.0, 12.0]),
+                replaced_flagged=torch.tensor([4.0, 5.0]))
+    args = argparse.Namespace(hours=None, flops=None, max_steps=10)
+    rec = log_record(sums, 2, 1.0, None, cfg, args, dict(step=2, flops=0.0, elapsed=1.0), 1.0,
+                     None, 1e-3, 1)
+    assert rec["replaced_share"] == pytest.approx(0.12)
+    assert rec["disc_prior_entropy"] == pytest.approx(0.3669, abs=1e-4)   # H(0.12) in nats
+    assert rec["disc_loss"] == pytest.approx(0.3) and rec["disc_acc_replaced"] == pytest.approx(1 / 3)
+    assert rec["disc_precision_replaced"] == pytest.approx(0.8)
+    assert "L_Disc 0.3000 (plateau 0.367)" in progress_line(rec)
 
 
 def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
