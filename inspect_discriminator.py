@@ -30,8 +30,8 @@ from ablations import build_model
 from batches import PretrainingData, load_split
 from data import DataError, load_meta, read_documents, split_sentences
 from glue import GlueError
-from analyses import InspectError, attention, calibration, cola, d_probs, encode, p_replaced, pieces, \
-    save_png, scoring, shown, sst2
+from analyses import InspectError, attention, calibration, cola, d_probs, encode, p_replaced, \
+    pieces, save_png, scoring, shown, sst2
 from objectives import Masked, corrupt, sample
 from tokenizer import Tokenizer
 import matplotlib

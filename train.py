@@ -272,8 +272,8 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
 
 
 def progress_line(r):
-    """`step N | L_MLM … | G acc … | L_Disc … (plateau H(r)) | D acc … | replaced: recall …
-    precision … | …`"""
+    """`step N | L_MLM … | G acc … | L_Disc … (plateau H(r)) | D acc … | replaced:
+    recall … precision … | …`, H(r) being the loss of the plateau (log_record)."""
     pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
     disc = "" if r["disc_loss"] is None else \
         f" | L_Disc {r['disc_loss']:.4f}" + \

@@ -78,7 +78,8 @@ def test_log_record_counts_the_plateau_from_the_replaced_share():
                      None, 1e-3, 1)
     assert rec["replaced_share"] == pytest.approx(0.12)
     assert rec["disc_prior_entropy"] == pytest.approx(0.3669, abs=1e-4)   # H(0.12) in nats
-    assert rec["disc_loss"] == pytest.approx(0.3) and rec["disc_acc_replaced"] == pytest.approx(1 / 3)
+    assert rec["disc_loss"] == pytest.approx(0.3)
+    assert rec["disc_acc_replaced"] == pytest.approx(1 / 3)
     assert rec["disc_precision_replaced"] == pytest.approx(0.8)
     assert "L_Disc 0.3000 (plateau 0.367)" in progress_line(rec)
 
