@@ -13,6 +13,7 @@ others hang in an all-reduce). So rank 0's clock is the clock: it is broadcast e
 a small CPU (gloo) group, which costs microseconds and never waits on the GPU.
 """
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -72,5 +73,14 @@ class Dist:
             dist.barrier()
 
     def close(self):
-        if self.enabled:
-            dist.destroy_process_group()
+        """Tear the process group down once every rank is here. Rank 0 still writes the last
+        checkpoint when the others finish; a rank that closed its sockets then could make the
+        other's gloo thread abort (SIGABRT), as CI once saw. The barrier has a deadline, so a
+        rank that stopped alone (an error only it saw) still exits instead of hanging."""
+        if not self.enabled:
+            return
+        try:
+            dist.monitored_barrier(group=self.cpu_group, timeout=timedelta(seconds=60))
+        except RuntimeError:
+            pass                      # a rank that never arrives: exit anyway
+        dist.destroy_process_group()

@@ -1,5 +1,7 @@
 """torchrun with 2 CPU processes (gloo): the same script, DistributedDataParallel."""
 
+import socket
+
 import torch
 
 import batches
@@ -19,12 +21,26 @@ def test_ranks_read_disjoint_halves_of_the_global_batch(data_dir):
     assert halves[0].mask_generator().initial_seed() != halves[1].mask_generator().initial_seed()
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def why(r):
+    """The children's own complaints first (torchrun's summary buries them under its own)."""
+    own = [l for l in r.stderr.splitlines()
+           if any(w in l for w in ("terminate", "what()", "Error", "error:", "Traceback"))]
+    return "\n".join(own[:20]) + "\n...\n" + r.stderr[-1500:]
+
+
 def test_torchrun_two_processes_trains_and_checkpoints(data_dir, tmp_path):
     out = tmp_path / "ddp"
-    r = run_cli("-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+    r = run_cli("-m", "torch.distributed.run", "--nproc_per_node=2",
+                f"--master_port={free_port()}",
                 "electra_small.py", "--data", data_dir, "--out_dir", out, "--size", "tiny",
                 "--max_steps", "12", "--log_every", "4", "--threads", "1", timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, why(r)
     assert r.stdout.count("step 12 |") == 1            # only rank 0 prints
     ckpt = load_checkpoint(out / "ckpt.pt")
     assert ckpt["step"] == 12 and ckpt["world"] == 2
