@@ -277,20 +277,28 @@ def attention_maps(net, x, pad_mask=None, seg=None):
     return maps
 
 
-def by_offset(a, pad_mask, offsets=(-3, -2, -1, 0, 1, 2, 3)):
-    """From attention weights a (B, heads, T, T): each head's mean weight from a real token t
-    to the real token t + o, for each offset o -> (heads, len(offsets)); and the mean of 1/n
-    over those queries (n real tokens in the sequence), the weight of attention spread evenly."""
+def offset_sums(a, pad_mask, offsets=(-3, -2, -1, 0, 1, 2, 3)):
+    """The sums behind by_offset, so that batches of different sizes pool exactly: per head and
+    offset o, the summed weight from a real token t to the real token t + o, (heads, offsets);
+    the number of such pairs per offset; the sum of 1/n over real queries; their number."""
     B, nh, T, _ = a.shape
     real = torch.ones(B, T, dtype=torch.bool) if pad_mask is None else pad_mask
-    out = torch.zeros(nh, len(offsets))
+    sums, pairs = torch.zeros(nh, len(offsets)), torch.zeros(len(offsets))
     for j, o in enumerate(offsets):
         q = torch.arange(max(0, -o), min(T, T - o))          # queries whose t + o exists
         both = real[:, q] & real[:, q + o]                   # (B, len(q))
         w = a[:, :, q, q + o]                                # (B, heads, len(q))
-        out[:, j] = (w * both[:, None]).sum((0, 2)) / both.sum().clamp(min=1)
+        sums[:, j], pairs[j] = (w * both[:, None]).sum((0, 2)), both.sum()
     n = real.sum(1, keepdim=True).float().expand(B, T)[real]
-    return out, (1.0 / n).mean().item()
+    return sums, pairs, (1.0 / n).sum().item(), n.numel()
+
+
+def by_offset(a, pad_mask, offsets=(-3, -2, -1, 0, 1, 2, 3)):
+    """From attention weights a (B, heads, T, T): each head's mean weight from a real token t
+    to the real token t + o, for each offset o -> (heads, len(offsets)); and the mean of 1/n
+    over those queries (n real tokens in the sequence), the weight of attention spread evenly."""
+    sums, pairs, inv_n, queries = offset_sums(a, pad_mask, offsets)
+    return sums / pairs.clamp(min=1), inv_n / max(queries, 1)
 
 
 def attention(model, tok, cfg, seqs, offsets=(-3, -2, -1, 0, 1, 2, 3)):
@@ -302,15 +310,16 @@ def attention(model, tok, cfg, seqs, offsets=(-3, -2, -1, 0, 1, 2, 3)):
         net = getattr(model, name, None)
         if net is None:
             continue
-        sums, uni, nb = None, 0.0, 0
+        # summed over every batch first and divided once: a short last batch counts per pair,
+        # not as much as a full one
+        sums, pairs, inv_n, queries = 0, 0, 0.0, 0
         for _, x, pad_mask, _ in batches([s for s, _ in seqs], tok.pad_id):
-            rows = [by_offset(a, pad_mask, offsets) for a in attention_maps(net, x, pad_mask)]
-            layer = torch.stack([r[0] for r in rows])        # (layers, heads, offsets)
-            sums = layer if sums is None else sums + layer
-            uni, nb = uni + rows[0][1], nb + 1
-        if not nb:
+            rows = [offset_sums(a, pad_mask, offsets) for a in attention_maps(net, x, pad_mask)]
+            sums = sums + torch.stack([r[0] for r in rows])   # (layers, heads, offsets)
+            pairs, inv_n, queries = pairs + rows[0][1], inv_n + rows[0][2], queries + rows[0][3]
+        if not queries:
             raise InspectError("no held-out sequence to measure attention on")
-        mean, uni = (sums / nb), uni / nb
+        mean, uni = sums / pairs.clamp(min=1), inv_n / queries
         # each head's heavier neighbour, then the heaviest head
         best = float(mean[:, :, [offsets.index(-1), offsets.index(1)]].max())
         res[name] = dict(by_offset=mean.tolist(), uniform=uni, neighbour_max=best,
