@@ -1,5 +1,6 @@
 """Data preparation and batching (data.py)."""
 import gzip
+import inspect
 import json
 import lzma
 
@@ -36,15 +37,21 @@ def test_prepared_folder_layout_and_round_trip(data_dir, corpus_file):
     val = np.memmap(data_dir / "val.bin", dtype=np.uint16, mode="r")
     assert len(train) == meta["train_tokens"] and len(val) == meta["val_tokens"] > 0
     # the documents come back from the stream: their sentences concatenate to them exactly,
-    # and no sentence holds a special token
-    # (this small corpus has fewer documents than val_every, so val is train's tail: the
-    # last document may be cut in two there)
+    # and no sentence holds a special token. With fewer documents than val_every (the real-text
+    # corpus) val is train's tail, and the last document may be cut in two there; with more
+    # (the generated corpus, when ../shared is absent) every val_every-th document is in val.
     docs = list(data.read_documents(corpus_file))
     got = split_stream(data_dir, "train") + split_stream(data_dir, "val")
     assert meta["documents"] == len(docs) and len(got) in (len(docs), len(docs) + 1)
     assert tok.decode(np.concatenate(got[0]).tolist()) == docs[0]
-    assert tok.decode(np.concatenate([s for d in got for s in d]).tolist()) == "".join(docs)
-    assert sum(len(d) for d in got) == meta["sentences"] > 2 * len(docs)
+    every = inspect.signature(data.prepare).parameters["val_every"].default
+    in_val = [len(docs) >= every and i % every == every - 1 for i in range(len(docs))]
+    expected = "".join(d for d, v in zip(docs, in_val) if not v) + \
+        "".join(d for d, v in zip(docs, in_val) if v)
+    assert tok.decode(np.concatenate([s for d in got for s in d]).tolist()) == expected
+    assert sum(len(d) for d in got) == meta["sentences"] >= len(docs)
+    if CORPUS.exists():     # real text has several sentences a document (generated text is
+        assert meta["sentences"] > 2 * len(docs)        # lower-case: one "sentence" each)
     assert all(tok.decode(s.tolist()).strip() for d in got[:50] for s in d)
     assert int(train.max()) < tok.pad_id
 
