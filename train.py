@@ -257,10 +257,10 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
     # The plateau's loss: "everything is real" with the right bias scores the entropy of the
     # replaced share r, H(r) = -r ln r - (1-r) ln(1-r). L_Disc below it is D learning more
     # than how many tokens are replaced.
-    share = (s["replaced_correct"][1] / s["disc_correct"][1]).item() \
-        if "disc_correct" in s and s["disc_correct"][1] > 0 else None
-    prior = None if share is None else 0.0 if share in (0.0, 1.0) else \
-        -share * math.log(share) - (1 - share) * math.log(1 - share)
+    share = prior = None
+    if "disc_correct" in s and s["disc_correct"][1] > 0:
+        share = (s["replaced_correct"][1] / s["disc_correct"][1]).item()
+        prior = sum(-p * math.log(p) for p in (share, 1 - share) if p > 0)
     return dict(step=st["step"], mlm_loss=(s["mlm_loss"] / steps / world).item(),
                 disc_loss=(s["disc_loss"] / steps / world).item() if "disc_loss" in s else None,
                 replaced_share=share, disc_prior_entropy=prior,

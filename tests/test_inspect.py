@@ -189,7 +189,6 @@ def test_by_offset_hand_worked():
     assert w[1].tolist() == pytest.approx([(5 / 6 + 3 / 4) / 8, 0.2, (5 / 6 + 3 / 4) / 8])
 
 
-
 def test_offset_sums_pool_batches_of_different_sizes_exactly():
     # Two batches (3 sequences of 7 tokens, 1 of 5): pooling their sums must equal by_offset on
     # all four sequences at once, which averaging the two batch means would not.
@@ -203,8 +202,10 @@ def test_offset_sums_pool_batches_of_different_sizes_exactly():
     pooled = (parts[0][0] + parts[1][0]) / (parts[0][1] + parts[1][1])
     assert torch.allclose(pooled, whole)
     assert (parts[0][2] + parts[1][2]) / (parts[0][3] + parts[1][3]) == pytest.approx(uni)
-    halves = (analyses.by_offset(a[:3], pad_mask[:3])[0] + analyses.by_offset(a[3:], pad_mask[3:])[0]) / 2
+    halves = (analyses.by_offset(a[:3], pad_mask[:3])[0] +
+              analyses.by_offset(a[3:], pad_mask[3:])[0]) / 2
     assert not torch.allclose(halves, whole)          # the old unweighted mean differs
+
 
 # ----------------------------------------------------------------------------- command line
 
