@@ -65,7 +65,7 @@ class Config:
 # CPU. "tiny": for tests and smoke runs only (~1000x less compute).
 SIZES = {"small": {},
          # "laptop": the recipe for watching D learn on 2 CPU cores (README: "Why small runs
-         # sit on a plateau"). D one block of 128 (2 heads); G 1/16 of D's width (hidden 8,
+         # sit on a plateau"). D one block of 128 (4 heads); G 1/16 of D's width (hidden 8,
          # one head, same depth); 16-token sequences in batches of 256; lr 2e-3 with 2 %
          # warm-up; no dropout (a run this short underfits); torch's AdamW. Each choice was
          # measured (docs/RESULTS.md):
@@ -78,15 +78,19 @@ SIZES = {"small": {},
          #   words, D learnt to look at the next and previous token and caught 4-20 %.
          # - One block, not two: at step 2,200 of a 10-minute run one block caught 29-32 % of
          #   the replaced tokens, two blocks 3 %, and a step costs 1.4x less.
-         #   More heads, a wider FFN or block, lr 3e-3, batch 128 or a 4k vocabulary did
+         #   A wider FFN or block, lr 3e-3, batch 128 or 512, a 4k or 16k vocabulary did
          #   no better in 10 minutes.
+         # - Four heads, not two: as D escapes, each head locks onto one offset. Two heads
+         #   sometimes both went right (+1 and +2) and D never saw the word before a replaced
+         #   one: 27 % on wiki2021-00. Four heads read both sides there: 43 %, and 43-48 % on the
+         #   two other texts tried (2 heads: 42-47 %).
          # - AdamW: without bias correction the first ~1000 steps are several times larger
          #   (optim.py), which the paper's 10k warm-up steps absorb but a 40-step warm-up does
          #   not - D's hidden states collapse to one vector and it never leaves the plateau.
          # Pair it with a smaller vocabulary: `data.py --vocab_size 8192` halves the step time.
          "laptop": dict(batch_size=256, seq_len=16, lr=2e-3, warmup_frac=0.02, optimizer="torch",
                         gen_size=0.0625,
-                        disc=EncoderConfig(hidden=128, layers=1, heads=2, ffn=512, dropout=0.0)),
+                        disc=EncoderConfig(hidden=128, layers=1, heads=4, ffn=512, dropout=0.0)),
          "mini": dict(batch_size=32, disc=EncoderConfig(hidden=128, layers=4, heads=2, ffn=512)),
          "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
