@@ -88,6 +88,9 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU speed)")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                    help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
+    p.add_argument("--plain_mlm", action="store_true",
+                   help="train with objectives.sample and mlm_loss instead of the fused "
+                        "mlm_output.py (same numbers, slower: e.g. to train an assignment's code)")
     return p.parse_args(argv)
 
 
@@ -156,8 +159,9 @@ def _main(args, dist):
     if args.resume:
         resume = load_checkpoint(ckpt_path)
         cfg = Config.from_dict(resume["config"])
+        same = lambda c: {**c.to_dict(), "fused_mlm": None}     # a speed switch, not a recipe
         if any(getattr(args, f) is not None for f in CLI_CONFIG + ("size",)) and \
-                config_from_args(args, {"vocab_size": cfg.vocab_size}).to_dict() != cfg.to_dict():
+                same(config_from_args(args, {"vocab_size": cfg.vocab_size})) != same(cfg):
             raise CheckpointError(f"{ckpt_path} was trained with a different config; resume "
                                   "without changing --model, --size or the ablation flags")
         if args.hours is None and args.max_steps is None and args.flops is None:
@@ -178,6 +182,7 @@ def _main(args, dist):
             load_tokenizer(data_dir).to_text() != resume["tokenizer"]:
         raise CheckpointError(f"{ckpt_path} was trained with another tokenizer than "
                               f"{data_dir}'s; resume with the same --data")
+    cfg = replace(cfg, fused_mlm=not args.plain_mlm)
     if cfg.batch_size % dist.world:
         raise DataError(f"batch size {cfg.batch_size} does not split over {dist.world} processes")
     if args.hours is None and args.max_steps is None and args.flops is None:

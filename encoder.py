@@ -162,5 +162,9 @@ class MLMHead(nn.Module):
         self.norm = nn.LayerNorm(emb_size, eps=1e-12)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
+    def transform(self, h):
+        """z = LayerNorm(GELU(dense(h))): the vector whose dot product with e(x) scores x."""
+        return self.norm(F.gelu(self.dense(h)))
+
     def forward(self, h, token_embedding: torch.Tensor):
-        return self.norm(F.gelu(self.dense(h))) @ token_embedding.t() + self.bias
+        return self.transform(h) @ token_embedding.t() + self.bias

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from encoder import Embeddings, Encoder, EncoderConfig, MLMHead
+from mlm_output import mlm_output
 
 
 class Generator(nn.Module):
@@ -40,7 +41,18 @@ class Generator(nn.Module):
 
         masked_positions is (B, K) with a fixed K per batch (19 slots for 128 tokens, as the
         official code), so every tensor has a static shape whatever the sentence lengths."""
+        return self.head(self.masked_hidden(x_masked, masked_positions, pad_mask, segment_ids),
+                         self.embeddings.token.weight)
+
+    def masked_hidden(self, x_masked, masked_positions, pad_mask=None, segment_ids=None):
+        """h_G(x_masked) at the masked positions only, (B, K, hidden)."""
         h = self.hidden(x_masked, pad_mask, segment_ids)
-        h_m = torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
-        return self.head(h_m, self.embeddings.token.weight)
+        return torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
+
+    def loss_and_sample(self, masked, pad_mask=None, segment_ids=None, sample=True):
+        """L_MLM, x̂ ~ p_G and G's argmax hits from one pass over p_G (mlm_output.py): the same
+        numbers as forward() followed by objectives.mlm_loss and objectives.sample, faster."""
+        h_m = self.masked_hidden(masked.x_masked, masked.positions, pad_mask, segment_ids)
+        return mlm_output(self.head.transform(h_m), self.embeddings.token.weight, self.head.bias,
+                          masked.targets, masked.weights, sample=sample)
 

@@ -54,7 +54,8 @@ PARTS = [
     Part("sample", "Sample from the generator", "objectives.py: sample", "§2",
          "x̂_i ~ p_G(x_i | x_masked) = softmax(logits)  (temperature 1)",
          "logits (..., V) -> int64 ids (...), one exact sample per row, no gradient; the same "
-         "`generator` seed gives the same samples.",
+         "`generator` seed gives the same samples. Training runs the fused mlm_output.py "
+         "unless `electra_small.py --plain_mlm`: add it to train with your function.",
          "the Gumbel-max trick: argmax(logits - log(-log U)), U ~ U(0, 1)",
          "Why sample at all - what would D learn if G's argmax filled every masked position?"),
     Part("corrupt", "Build x_corrupt and its labels", "objectives.py: corrupt", "§2",
@@ -67,7 +68,8 @@ PARTS = [
     Part("mlm_loss", "L_MLM", "objectives.py: mlm_loss", "§2",
          "L_MLM = E[ sum_{i in m} -log p_G(x_i | x_masked) ]",
          "logits (B, K, V), targets (B, K), weights (B, K) -> scalar: the mean of -log softmax "
-         "at the targets over the used slots (weight 1), in float32.",
+         "at the targets over the used slots (weight 1), in float32. Train with "
+         "`electra_small.py --plain_mlm` to use it (else mlm_output.py computes L_MLM).",
          "cross-entropy per slot, weighted by `weights`, divided by the number of used slots",
          "Why average over used slots rather than sum - what would a sum do to λ's meaning?"),
     Part("disc_loss", "L_Disc", "objectives.py: disc_loss", "§2",

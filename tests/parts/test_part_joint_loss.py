@@ -20,7 +20,8 @@ V = 100
 def rig(monkeypatch, stand_in_attention):
     """A tiny ELECTRA, a batch with padding, and stand-ins that log their inputs."""
     torch.manual_seed(0)
-    cfg = replace(Config(), vocab_size=V, **SIZES["tiny"])
+    # fused_mlm=False: the plain path through sample and mlm_loss, which the stand-ins replace
+    cfg = replace(Config(), vocab_size=V, **SIZES["tiny"], fused_mlm=False)
     model = ELECTRA(cfg).eval()
     B, T, K = 3, 16, 4
     g = torch.Generator().manual_seed(1)
