@@ -80,8 +80,9 @@ SIZES = {"small": {},
          #   words, D learnt to look at the next and previous token and caught 4-20 %.
          # - One block, not two: at step 2,200 of a 10-minute run one block caught 29-32 % of
          #   the replaced tokens, two blocks 3 %, and a step costs 1.4x less.
-         #   A wider FFN or block, lr 3e-3, batch 128 or 512, a 4k or 16k vocabulary did
-         #   no better in 10 minutes.
+         #   A wider FFN or block, lr 3e-3, batch 128 or 512, a 4k or 16k vocabulary, 25 %
+         #   masking, G at 1/8 or 1/32 did no better in 10 minutes; 8 heads were within a
+         #   seed's spread of 4.
          # - Four heads, not two: as D escapes, each head locks onto one offset. Two heads
          #   sometimes both went right (+1 and +2) and D never saw the word before a replaced
          #   one: 27 % on wiki2021-00. Four heads read both sides there: 43 %, and 43-48 % on the

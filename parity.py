@@ -7,7 +7,7 @@ the same random positions (objectives.mask_tokens), the same config, optimizer a
 schedule, and their losses are printed side by side. Two independent implementations that
 learn alike are evidence that neither has a bug that slows learning; a gap points at one.
 
-    python parity.py --data data/wiki00_8k --size laptop --steps 300        # ~10 min, 2 cores
+    python parity.py --data data/wiki00_8k --size laptop --steps 300        # ~4 min, 2 cores
     python parity.py --data data/learnable --size tiny --steps 50 --log_every 10
 
 What cannot be equal: the initial weights (each library draws its own; both BERT-style), the
