@@ -147,8 +147,7 @@ class AdversarialELECTRA(ELECTRA):
 
     def forward(self, x, masked, pad_mask=None, segment_ids=None):
         G, positions, weights = self.generator, masked.positions, masked.weights
-        h = G.hidden(masked.x_masked, pad_mask, segment_ids)
-        h_m = torch.gather(h, 1, positions[..., None].expand(-1, -1, h.shape[-1]))
+        h_m = G.masked_hidden(masked.x_masked, positions, pad_mask, segment_ids)
         logits = G.head(h_m, G.embeddings.token.weight)
         x_hat = sample(logits)
         with torch.no_grad():
