@@ -5,7 +5,7 @@ embedding 128, generator 1/4 of D's width, 15 % masking, lr 5e-4 with 10k warm-u
 linear decay, Adam ε 1e-6, weight decay 0.01, batch 128, 1M steps (BERT-Small: 1.45M).
 The ablation fields (objective, generator, two_stage) select the variants of ablations.py.
 """
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from objectives import mask_slots
 from encoder import EncoderConfig
@@ -97,6 +97,14 @@ SIZES = {"small": {},
          "mini": dict(batch_size=32, disc=EncoderConfig(hidden=128, layers=4, heads=2, ffn=512)),
          "tiny": dict(emb_size=32, seq_len=64, max_len=64, batch_size=16, lr=2e-3,
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
+
+
+# "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more. One
+# block stops at 43-45 % recall however long it runs; two blocks passed 50 % after 55 minutes on
+# one core. They leave the plateau later and at a less predictable step (about 2,500-6,500,
+# against 1,600-3,000 for one block), and the later they leave, the better G has become and the
+# less D catches: 40.7 % at the end of 45 minutes on both cores (docs/RESULTS.md).
+SIZES["laptop_deep"] = dict(SIZES["laptop"], disc=replace(SIZES["laptop"]["disc"], layers=2))
 
 
 def lr_at(progress, cfg):
