@@ -66,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=["electra", "bert"], default=None)
     p.add_argument("--size", choices=sorted(SIZES), default=None,
                    help="small: Table 6 (default); laptop: watch D learn in 10 CPU minutes; "
-                        "laptop_deep: laptop with two blocks of D, for runs of 20-60 minutes or more; "
+                        "laptop_deep: laptop with two blocks of D, for runs of 20-60 minutes; "
                         "mini: CPU experiments; tiny: tests")
     ab = p.add_argument_group("ablations (paper §3.2, §3.5, Appendix F)")
     ab.add_argument("--objective", choices=["electra", "electra15", "replace_mlm",
