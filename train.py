@@ -144,6 +144,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
+    rec, left = None, False           # the last log record; whether D was ever off the plateau
     try:
         while progress() < 1.0:
             note = raw_model.on_progress(progress())      # two-stage: start stage two at 1/2
@@ -182,6 +183,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 sums = {k: dist.sum(v.float()) for k, v in sums.items()}
                 rec = log_record(sums, interval_steps, time.time() - interval_start, peak, cfg,
                                  args, st, flops_per_step, raw_model.stage, lr, dist.world)
+                left = left or off_plateau(rec)
                 if main:
                     print(progress_line(rec), flush=True)
                     log_file.write(json.dumps(rec) + "\n")
@@ -212,6 +214,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     save()
     say(f"done: {st['step']} steps, {st['flops']:.3g} FLOPs, {st['elapsed'] / 3600:.2f} h; "
         f"saved {out / 'ckpt.pt'}")
+    if rec is not None and not left and plateau_note(rec):
+        say(plateau_note(rec))
     return 0
 
 
@@ -269,6 +273,34 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
                 disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
                 flops=st["flops"], elapsed_s=st["elapsed"], eta_s=max(0.0, left), lr=lr,
                 model=cfg.model, objective="mlm" if cfg.model == "bert" else cfg.objective)
+
+
+# When D has left the "everything is real" plateau: it catches at least PLATEAU_RECALL of the
+# replaced tokens *and* L_Disc is below PLATEAU_LOSS x the plateau's loss H(r). Recall alone is
+# not enough: a freshly initialised D flags tokens at random, which catches some. Over the laptop
+# runs of docs/RESULTS.md, D first passed both marks at step 1,000-3,200 with one block and
+# 1,800-6,600 with two, however many minutes those steps took; runs stopped sooner never did.
+PLATEAU_RECALL, PLATEAU_LOSS = 0.10, 0.9
+
+
+def off_plateau(r):
+    """Whether the log record r shows D off the plateau (False for BERT: no D)."""
+    recall, loss, h = r.get("disc_acc_replaced"), r.get("disc_loss"), r.get("disc_prior_entropy")
+    return None not in (recall, loss, h) and recall >= PLATEAU_RECALL and loss < PLATEAU_LOSS * h
+
+
+def plateau_note(r):
+    """A closing line for an ELECTRA run in which D never left the plateau (r: the last log
+    record), so that a recall near 0 after a short run reads as "too few steps", not as a broken
+    model. None for BERT, which has no D."""
+    if r.get("disc_loss") is None or r.get("disc_prior_entropy") is None:
+        return None
+    recall = r.get("disc_acc_replaced") or 0.0
+    return (f"note: D never left the plateau in this run (step {r['step']}: L_Disc "
+            f"{r['disc_loss']:.4f} against the plateau's {r['disc_prior_entropy']:.3f}, recall "
+            f"{100 * recall:.1f}%): a fresh model needs a few thousand steps to learn to read its "
+            "neighbours (README, \"Why small runs sit on a plateau\"); give it more steps with "
+            "--max_steps or --hours")
 
 
 def progress_line(r):

@@ -63,6 +63,37 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     assert at100["disc_prior_entropy"] == pytest.approx(-r_ * math.log(r_) -
                                                         (1 - r_) * math.log(1 - r_))
     assert at100["disc_loss"] < at100["disc_prior_entropy"] - 0.02, at100
+    # it left the plateau, so the run does not close with the plateau note
+    assert "never left the plateau" not in r.stdout
+
+
+def test_a_run_that_ends_on_the_plateau_says_so(learnable_data_dir, tmp_path):
+    # Ten steps are far too few for D to leave the plateau: the closing line must say so, why,
+    # and what to do, with the figures of the last log line.
+    out = tmp_path / "run"
+    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                "--max_steps", "10", "--log_every", "5")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    rec = read_log(out)[10]
+    assert rec["disc_loss"] > 0.9 * rec["disc_prior_entropy"]
+    assert last.startswith("note: D never left the plateau") and "--max_steps" in last, last
+    assert f"step 10: L_Disc {rec['disc_loss']:.4f} against the plateau's " \
+           f"{rec['disc_prior_entropy']:.3f}" in last
+
+
+def test_off_plateau_needs_both_recall_and_a_loss_below_the_plateau():
+    from train import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau, plateau_note
+    h = 0.37
+    rec = lambda recall, loss: {"step": 5, "disc_acc_replaced": recall, "disc_loss": loss,
+                                "disc_prior_entropy": h}
+    assert off_plateau(rec(PLATEAU_RECALL, PLATEAU_LOSS * h - 0.01))
+    assert not off_plateau(rec(PLATEAU_RECALL - 0.01, 0.5 * h))    # low loss, few caught
+    assert not off_plateau(rec(0.4, PLATEAU_LOSS * h + 0.01))       # random flags at init
+    assert not off_plateau(rec(None, 0.5 * h))                      # no replaced token seen
+    bert = {"step": 5, "disc_acc_replaced": None, "disc_loss": None, "disc_prior_entropy": None}
+    assert not off_plateau(bert) and plateau_note(bert) is None
+    assert "recall 3.0%" in plateau_note(rec(0.03, h))
 
 
 def test_log_record_counts_the_plateau_from_the_replaced_share():
