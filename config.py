@@ -99,10 +99,11 @@ SIZES = {"small": {},
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
 
 
-# "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more. One
-# block stops at 43-45 % recall however long it runs; two blocks passed 50 % after 17 minutes
-# on both cores (once) and after 55-57 minutes on one core in all three runs on Wikipedia (two
-# shards, one with two seeds), but peaked at 47.9 % on the books, where G improved fastest.
+# "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more. On
+# Wikipedia one block stops at 43-45 % recall however long it runs (on the books it passed 50 %
+# at step 4,400 of `--max_steps 7000`); two blocks passed 50 % after 17 minutes on both cores
+# (once) and after 55-57 minutes on one core in all three runs on Wikipedia (two shards, one
+# with two seeds), but peaked at 47.9 % on the books, where G improved fastest.
 # They leave the plateau later and at a less predictable step (about 1,500-6,500 in seven runs,
 # against 1,600-3,000 for one block), and that step decides the time; the run that left it last
 # ended at 40.7 % after 45 minutes on both cores (docs/RESULTS.md).
