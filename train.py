@@ -214,8 +214,9 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     save()
     say(f"done: {st['step']} steps, {st['flops']:.3g} FLOPs, {st['elapsed'] / 3600:.2f} h; "
         f"saved {out / 'ckpt.pt'}")
-    if rec is not None and not left and plateau_note(rec):
-        say(plateau_note(rec))
+    closing = plateau_note(rec) if rec is not None and not left else None
+    if closing:
+        say(closing)
     return 0
 
 
