@@ -39,8 +39,12 @@ def tiny(tmp_path_factory, learnable_data_dir):
     return save_tiny(tmp_path_factory.mktemp("ckpt") / "ckpt.pt", load_tokenizer(learnable_data_dir))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def loaded(tiny):
+    """The checkpoint loaded afresh for each test: tests replace parts of the model (a stand-in
+    D), so a shared copy would carry one test's changes into the next. Undoing a monkeypatch on
+    an nn.Module's submodule is not reliable either: pytest 9 restores only what was in the
+    instance's __dict__, and submodules live in _modules, so the undo deletes D."""
     return insp.load(tiny)
 
 
@@ -137,9 +141,9 @@ class FakeD(nn.Module):
 
 
 @pytest.mark.parametrize("bad,expect", [("great", 0), ("terrible", 1)])
-def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, monkeypatch, bad, expect):
+def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, bad, expect):
     model, tok, _ = loaded
-    monkeypatch.setattr(model, "discriminator", FakeD(tok.encode(" " + bad)[0]))
+    model.discriminator = FakeD(tok.encode(" " + bad)[0])       # this test's own copy (see loaded)
     with torch.inference_mode():
         pred, scores = analyses.zero_shot(model, tok, ["a fine film", "it was dull", "x"],
                                       ["terrible", "great"], max_len=64)
