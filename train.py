@@ -261,9 +261,10 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
         left = (args.max_steps - st["step"]) * dt / steps
     # The plateau's loss: "everything is real" with the right bias scores the entropy of the
     # replaced share r, H(r) = -r ln r - (1-r) ln(1-r). L_Disc below it is D learning more
-    # than how many tokens are replaced.
+    # than how many tokens are replaced. Only a D that flags replaced tokens has a plateau:
+    # Replace MLM and All-Tokens MLM make D a masked LM, with no replaced counts (None here).
     share = prior = None
-    if "disc_correct" in s and s["disc_correct"][1] > 0:
+    if "replaced_correct" in s and "disc_correct" in s and s["disc_correct"][1] > 0:
         share = (s["replaced_correct"][1] / s["disc_correct"][1]).item()
         prior = sum(-p * math.log(p) for p in (share, 1 - share) if p > 0)
     return dict(step=st["step"], mlm_loss=(s["mlm_loss"] / steps / world).item(),
@@ -311,8 +312,10 @@ def progress_line(r):
     disc = "" if r["disc_loss"] is None else \
         f" | L_Disc {r['disc_loss']:.4f}" + \
         (f" (plateau {r['disc_prior_entropy']:.3f})" if r.get("disc_prior_entropy") is not None
-         else "") + f" | D acc {pct(r['disc_acc'])} | replaced: " \
-        f"recall {pct(r['disc_acc_replaced'])} precision {pct(r.get('disc_precision_replaced'))}"
+         else "") + f" | D acc {pct(r['disc_acc'])}" + \
+        ("" if r.get("replaced_share") is None else              # D an MLM (Replace MLM ...)
+         f" | replaced: recall {pct(r['disc_acc_replaced'])} "
+         f"precision {pct(r.get('disc_precision_replaced'))}")
     eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
         f"{r['eta_s'] / 86400:.1f}d"
     return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}{disc} | "
