@@ -15,8 +15,8 @@ exactly as a pre-training step does (g_corrupt: mask_tokens, x̂ ~ p_G, corrupt)
   attention    does D (or G) read word order yet? Each head's mean attention on the tokens at
                offsets -3..+3 against the 1/n of attention spread evenly. A replaced word is
                mostly a frequent word in the wrong place; a network that cannot yet look at
-               its neighbours sees a bag of words and cannot tell (README, "Why small runs sit
-               on a plateau").
+               its neighbours sees a bag of words and cannot tell (docs/plateau.md: why small runs
+               sit on a plateau).
 The command line, the sentence view and Figure 2 are in inspect_discriminator.py.
 """
 import math

@@ -66,11 +66,11 @@ class Config:
 # of the depth, batch 32 - about 30x less compute per step, for real-text experiments on a
 # CPU. "tiny": for tests and smoke runs only (~1000x less compute).
 SIZES = {"small": {},
-         # "laptop": the recipe for watching D learn on 2 CPU cores (README: "Why small runs
-         # sit on a plateau"). D one block of 128 (4 heads); G 1/16 of D's width (hidden 8,
+         # "laptop": the recipe for watching D learn on 2 CPU cores
+         # (docs/plateau.md). D one block of 128 (4 heads); G 1/16 of D's width (hidden 8,
          # one head, same depth); 16-token sequences in batches of 256; lr 2e-3 with 2 %
          # warm-up; no dropout (a run this short underfits); torch's AdamW. Each choice was
-         # measured (docs/RESULTS.md):
+         # measured (docs/results.md):
          # - D can flag a replaced word only once it attends to its neighbours, and a fresh
          #   Transformer attends evenly to all positions for thousands of steps. 16 tokens
          #   dilute that even spread less than 32 (positions 16+ stay untrained).
@@ -106,7 +106,7 @@ SIZES = {"small": {},
 # with two seeds), but peaked at 47.9 % on the books, where G improved fastest.
 # They leave the plateau later and at a less predictable step (about 1,500-6,500 in seven runs,
 # against 1,600-3,000 for one block), and that step decides the time; the run that left it last
-# ended at 40.7 % after 45 minutes on both cores (docs/RESULTS.md).
+# ended at 40.7 % after 45 minutes on both cores (docs/results.md).
 SIZES["laptop_deep"] = dict(SIZES["laptop"], disc=replace(SIZES["laptop"]["disc"], layers=2))
 
 

@@ -79,7 +79,7 @@ PARTS = [
          "mask (B, T) bool or None -> scalar: mean binary cross-entropy over the tokens in mask.",
          "binary cross-entropy with logits, averaged over `mask`",
          "85-90 % of tokens are real. What loss does 'everything is real' already reach, and "
-         "why do small runs sit there first (README)?"),
+         "why do small runs sit there first (docs/plateau.md)?"),
     Part("joint_loss", "The joint loss L_MLM + λ L_Disc", "objectives.py: ELECTRA.forward",
          "§2, Appendix A",
          "min_{θG, θD} sum_x L_MLM(x, θG) + λ L_Disc(x, θD),  λ = 50",
@@ -226,6 +226,7 @@ def make_copy(out, parts):
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
+        shutil.copytree(ROOT / "docs", tmp / "docs")          # the README's links resolve
         (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
         if out.exists():
             out.rmdir()

@@ -280,7 +280,7 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
 # When D has left the "everything is real" plateau: it catches at least PLATEAU_RECALL of the
 # replaced tokens *and* L_Disc is below PLATEAU_LOSS x the plateau's loss H(r). Recall alone is
 # not enough: a freshly initialised D flags tokens at random, which catches some. Over the laptop
-# runs of docs/RESULTS.md, D first passed both marks at step 1,000-3,200 with one block and
+# runs of docs/results.md, D first passed both marks at step 1,000-3,200 with one block and
 # 1,800-6,600 with two, however many minutes those steps took; runs stopped sooner never did.
 PLATEAU_RECALL, PLATEAU_LOSS = 0.10, 0.9
 
@@ -301,7 +301,7 @@ def plateau_note(r):
     return (f"note: D never left the plateau in this run (step {r['step']}: L_Disc "
             f"{r['disc_loss']:.4f} against the plateau's {r['disc_prior_entropy']:.3f}, recall "
             f"{100 * recall:.1f}%): a fresh model needs a few thousand steps to learn to read its "
-            "neighbours (README, \"Why small runs sit on a plateau\"); give it more steps with "
+            "neighbours (docs/plateau.md); give it more steps with "
             "--max_steps or --hours")
 
 

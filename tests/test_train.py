@@ -49,7 +49,7 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     # On learnable text D catches replaced tokens within 100 steps, and what it flags is mostly
     # right. Flagging at random would be right for only the replaced share (~13 %), and the
     # "everything is real" plateau has recall 0. AdamW, as in --size laptop: with the official
-    # optimizer and so short a warm-up, D collapses (README, "Why small runs sit on a plateau").
+    # optimizer and so short a warm-up, D collapses (docs/plateau.md).
     out = tmp_path / "run"
     r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
                 "--optimizer", "torch", "--max_steps", "200", "--log_every", "50")
