@@ -102,6 +102,14 @@ CLI_CONFIG = ("model", "batch_size", "lr", "optimizer", "objective", "generator"
 
 
 def config_from_args(args, meta):
+    # BERT (§3.3) is masked language modelling alone; the ablation flags choose ELECTRA's G and
+    # D's objective, so a BERT run would ignore them without a word: refused instead.
+    electra_only = [f"--{f}" for f in ("objective", "generator", "gen_size", "two_stage",
+                                       "disc_weight") if getattr(args, f) is not None]
+    if args.model == "bert" and electra_only:
+        raise ConfigError(f"--model bert takes no {', '.join(electra_only)}: BERT trains by "
+                          "masked language modelling alone and those flags choose ELECTRA's "
+                          "ablations; leave them out, or drop --model bert")
     over = dict(SIZES[args.size or "small"])
     for name in CLI_CONFIG:
         if getattr(args, name) is not None:
