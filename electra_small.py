@@ -16,8 +16,7 @@ Time budget: with --hours the learning-rate schedule is laid over the *wall-cloc
 That is the paper's Table 1 question - what does a given amount of compute buy? - and it makes
 ELECTRA and BERT comparable at equal time without counting steps by hand.
 """
-import argparse
-import math
+import contextlib
 import signal
 import sys
 from dataclasses import replace
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+import cli
 from ablations import ConfigError, build_model
 from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from config import SIZES, Config
@@ -50,19 +50,28 @@ def count_params(cfg):
     return g_only, n(model.discriminator), shared, n(model)
 
 
+# G's width as a share of D's: Figure 3 finds 1/4 to 1/2 best; beyond 4x D it is only memory.
+GEN_SIZE = cli.float_range(0, 4, hi_open=False, accepts="a share of D's width in (0, 4], e.g. 0.25")
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Pre-train ELECTRA-Small (or BERT-Small).")
+    p = cli.Parser(description="Pre-train ELECTRA-Small (or BERT-Small).")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--hours", type=float, help="wall-clock budget; LR schedule spans it")
-    budget.add_argument("--max_steps", type=int, help="step budget (default: Table 6's steps)")
-    budget.add_argument("--flops", type=float, help="compute budget in training FLOPs (the "
-                        "paper's count, Appendix E): equal-compute comparisons as Table 1")
-    p.add_argument("--data", help="prepared data folder (default: the demo corpus)")
-    p.add_argument("--out_dir", default="out", help="checkpoints and log.jsonl go here")
+    budget.add_argument("--hours", type=cli.positive_float,
+                        help="wall-clock budget; LR schedule spans it")
+    budget.add_argument("--max_steps", type=cli.positive_int,
+                        help="step budget (default: Table 6's steps)")
+    budget.add_argument("--flops", type=cli.positive_float,
+                        help="compute budget in training FLOPs (the paper's count, Appendix "
+                        "E): equal-compute comparisons as Table 1")
+    p.add_argument("--data", type=cli.nonempty,
+                   help="prepared data folder (default: the demo corpus)")
+    p.add_argument("--out_dir", type=cli.out_folder, default="out",
+                   help="checkpoints and log.jsonl go here")
     p.add_argument("--resume", action="store_true", help="continue from out_dir/ckpt.pt")
     p.add_argument("--save_at", default="", help="also keep ckpt_F.pt at these budget fractions")
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed, default=0, help=f"0 to {cli.MAX_SEED}")
     p.add_argument("--model", choices=["electra", "bert"], default=None)
     p.add_argument("--size", choices=sorted(SIZES), default=None,
                    help="small: Table 6 (default); laptop: watch D learn in 10 CPU minutes; "
@@ -72,21 +81,27 @@ def parse_args(argv=None):
     ab.add_argument("--objective", choices=["electra", "electra15", "replace_mlm",
                                             "all_tokens_mlm"], default=None)
     ab.add_argument("--generator", choices=["mlm", "unigram", "adversarial"], default=None)
-    ab.add_argument("--gen_size", type=float, default=None, help="G width / D width (0.25)")
+    ab.add_argument("--gen_size", type=GEN_SIZE, default=None,
+                    help="G width / D width (0.25; at most 4)")
     ab.add_argument("--two_stage", action="store_true", default=None,
                     help="G alone for half the budget, then D from G with G frozen")
-    ab.add_argument("--disc_weight", type=float, default=None, help="λ (50)")
-    ab.add_argument("--mask_prob", type=float, default=None,
+    ab.add_argument("--disc_weight", type=cli.non_negative_float, default=None, help="λ (50)")
+    ab.add_argument("--mask_prob", type=cli.share, default=None,
                     help="share of tokens masked (Table 6 'Mask percent': 0.15; Large: 0.25)")
-    p.add_argument("--batch_size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (Table 6: 5e-4)")
+    p.add_argument("--batch_size", type=cli.positive_int, default=None)
+    p.add_argument("--lr", type=cli.positive_float, default=None,
+                   help="peak learning rate (Table 6: 5e-4)")
     p.add_argument("--optimizer", choices=["official", "torch"], default=None,
                    help="official: Adam without bias correction, as the paper (default); "
                         "torch: torch.optim.AdamW")
-    p.add_argument("--log_every", type=int, default=100, help="steps between progress lines")
-    p.add_argument("--ckpt_every_min", type=float, default=15.0, help="periodic checkpoint")
-    p.add_argument("--save_every", type=int, default=0, help="also checkpoint every N steps")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
+    p.add_argument("--log_every", type=cli.positive_int, default=100,
+                   help="steps between progress lines")
+    p.add_argument("--ckpt_every_min", type=cli.positive_float, default=15.0,
+                   help="minutes between periodic checkpoints")
+    p.add_argument("--save_every", type=cli.non_negative_int, default=0,
+                   help="also checkpoint every N steps (0: off)")
+    p.add_argument("--threads", type=cli.threads, default=None,
+                   help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU speed)")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                    help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
@@ -114,12 +129,17 @@ def config_from_args(args, meta):
     for name in CLI_CONFIG:
         if getattr(args, name) is not None:
             over[name] = getattr(args, name)
-    if over.get("gen_size", 1) <= 0 or over.get("disc_weight", 1) < 0 or over.get("lr", 1) <= 0:
-        raise DataError("--gen_size and --lr must be positive and --disc_weight non-negative")
-    if not 0 < over.get("mask_prob", 0.15) < 1:
-        raise DataError(f"--mask_prob {over['mask_prob']}: must be a share between 0 and 1, "
-                        "e.g. 0.15 (Table 6) or 0.25 (ELECTRA-Large)")
     cfg = replace(Config(), vocab_size=meta["vocab_size"], **over)
+    # (each flag's own range is checked as it is parsed; these depend on --size as well)
+    if cfg.n_slots < 1:
+        raise DataError(f"--mask_prob {cfg.mask_prob:g}: masks no token of a {cfg.seq_len}-token "
+                        "sequence; raise it, e.g. to 0.15 (Table 6)")
+    g = cfg.gen
+    if cfg.model == "electra" and cfg.generator != "unigram" and \
+            (g.hidden < 1 or g.ffn < 1 or g.hidden % g.heads):
+        raise DataError(f"--gen_size {cfg.gen_size:g}: gives G a hidden size of {g.hidden} for "
+                        f"{g.heads} head(s) (D: {cfg.disc.hidden}); pick a share that gives a "
+                        "positive multiple of the heads, e.g. 0.25 or 0.5")
     if cfg.model == "bert":
         cfg = replace(cfg, train_steps=1_450_000)           # Table 6: 1.45M, for equal FLOPs
     return cfg
@@ -128,23 +148,25 @@ def config_from_args(args, meta):
 def main(argv=None):
     args = parse_args(argv)
     dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
+    fresh = not Path(args.out_dir).exists()
     try:
         return _main(args, dist)
     except (DataError, ConfigError, CheckpointError, DeviceError, TrainingDiverged) as e:
         if dist.main:
             print(f"error: {e}", file=sys.stderr)
+            if fresh:           # a folder this run created and left empty: leave nothing behind
+                with contextlib.suppress(OSError):
+                    Path(args.out_dir).rmdir()
         return 1
     finally:
         dist.close()
 
 
 def check_args(args):
-    if args.hours is not None and not (args.hours > 0 and math.isfinite(args.hours)):
-        raise DataError(f"--hours {args.hours}: must be a positive number of hours")
-    if args.max_steps is not None and args.max_steps <= 0:
-        raise DataError(f"--max_steps {args.max_steps}: must be a positive number of steps")
-    if args.flops is not None and not (args.flops > 0 and math.isfinite(args.flops)):
-        raise DataError(f"--flops {args.flops}: must be a positive number of FLOPs, e.g. 1e14")
+    """What the types of parse_args cannot check alone, before any data or folder is touched."""
+    # Flags that do not combine, and shapes that depend on --size too (G's heads, the mask
+    # slots): a model built on the "meta" device (no memory, no data) raises what training would.
+    count_params(config_from_args(args, {"vocab_size": 1000}))
     try:
         args.save_at = sorted({float(f) for f in args.save_at.split(",") if f.strip()})
     except ValueError:
