@@ -21,7 +21,6 @@ with native bf16 (AVX512-BF16/AMX: ~3-4x faster matmuls). On a 2-core AVX512-BF1
 and took 10.7 min with --threads 1 on the same machine shared with other jobs: there, use
 --threads 1, as PyTorch's threads otherwise wait for each other at every op.
 """
-import argparse
 import json
 import math
 import os
@@ -35,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import cli
 from atomic import atomic_write
 from checkpoint import CheckpointError, load_checkpoint
 from device import DeviceError, pick_device, pick_precision
@@ -259,26 +259,37 @@ def evaluate(name, model, devs, pad_id, device, autocast):
 # ----------------------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Fine-tune a pre-trained ELECTRA/BERT-Small "
-                                "checkpoint on GLUE (Table 7 hyperparameters).")
-    p.add_argument("--ckpt", help="pre-training checkpoint (ckpt.pt from electra_small.py)")
-    p.add_argument("--glue_dir", help="GLUE folder in the standard layout (CoLA/, SST-2/, ...)")
-    p.add_argument("--tasks", help=f"comma list of {','.join(TASKS)} (default: all present)")
-    p.add_argument("--seeds", type=int, default=1, help="fine-tuning runs per task (paper: 10)")
-    p.add_argument("--out", help="results JSON (default: next to the checkpoint)")
+    p = cli.Parser(description="Fine-tune a pre-trained ELECTRA/BERT-Small "
+                   "checkpoint on GLUE (Table 7 hyperparameters).")
+    p.add_argument("--ckpt", type=cli.nonempty,
+                   help="pre-training checkpoint (ckpt.pt from electra_small.py)")
+    p.add_argument("--glue_dir", type=cli.nonempty,
+                   help="GLUE folder in the standard layout (CoLA/, SST-2/, ...)")
+    p.add_argument("--tasks", help=f"comma list of {','.join(TASKS)} (default, or empty: all "
+                   "present)")
+    p.add_argument("--seeds", type=cli.positive_int, default=1,
+                   help="fine-tuning runs per task (paper: 10)")
+    p.add_argument("--out", type=cli.nonempty,
+                   help="results JSON (default: next to the checkpoint)")
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
-    p.add_argument("--download", metavar="DIR", help="download GLUE into DIR first")
-    p.add_argument("--max_train", type=int, help="use at most N training examples per task")
-    p.add_argument("--epochs", type=int, help="override Table 7's epochs (quick runs only)")
-    p.add_argument("--lr", type=float, help="override Table 7's 3e-4 (the paper searched "
-                   "1e-4, 2e-4, 3e-4, 5e-4 for Small)")
+    p.add_argument("--download", type=cli.out_folder, metavar="DIR",
+                   help="download GLUE into DIR first")
+    p.add_argument("--max_train", type=cli.positive_int,
+                   help="use at most N training examples per task")
+    p.add_argument("--epochs", type=cli.positive_int,
+                   help="override Table 7's epochs (quick runs only)")
+    p.add_argument("--lr", type=cli.float_range(0, 1, accepts="a learning rate in (0, 1), e.g. "
+                                                "3e-4"),
+                   help="override Table 7's 3e-4 (the paper searched 1e-4, 2e-4, 3e-4, 5e-4 "
+                   "for Small)")
     p.add_argument("--optimizer", choices=["official", "torch"], default="official",
                    help="official: Adam without bias correction, as the paper; torch: AdamW")
     p.add_argument("--layer_decay_rule", choices=["official", "stated"], default="official",
                    help="official: the official code's exponents (top block 0.64 lr); "
                         "stated: top block 0.8 lr (layerwise_param_groups explains)")
-    p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
+    p.add_argument("--threads", type=cli.threads,
+                   help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     return p.parse_args(argv)
 
 
@@ -300,9 +311,6 @@ def run(args):
     unknown = [t for t in names if t not in TASKS]
     if unknown:
         raise GlueError(f"unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}")
-    for flag in ("seeds", "max_train", "epochs", "threads"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise GlueError(f"--{flag} must be a positive number")
     if args.download:
         download_glue(args.download, names or list(TASKS))
         if not args.ckpt:
@@ -322,8 +330,6 @@ def run(args):
         if skipped:
             print(f"tasks: {', '.join(names)} (skipped, no folder in {glue_dir}: "
                   f"{', '.join(skipped)})")
-    if args.lr is not None and not 0 < args.lr < 1:
-        raise GlueError(f"--lr {args.lr}: must be in (0, 1)")
     hp = dict(HPARAMS, lr=args.lr or HPARAMS["lr"], optimizer=args.optimizer,
               decay_rule=args.layer_decay_rule)
     if args.threads:
@@ -338,11 +344,10 @@ def run(args):
     pre = load_pretrained(args.ckpt)
     path = Path(args.out) if args.out else \
         Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
-    try:                                    # find out now, not after hours of fine-tuning
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass
-    if not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
+    # Find out now, not after hours of fine-tuning, and create nothing yet (a run that fails
+    # leaves no folder behind): the nearest existing folder above the results must be writable.
+    above = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    if not (above.is_dir() and os.access(above, os.W_OK)):
         raise GlueError(f"{path.parent}: cannot write the results there")
     if path.is_dir():                       # else it would fail only after the fine-tuning
         raise GlueError(f"--out {path}: is a folder; give a file name such as {path / 'glue.json'}")
@@ -386,6 +391,7 @@ def run(args):
 def write_json_atomic(path, obj):
     """Temp file + rename: a reader never sees half a results file."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
     except OSError as e:
         raise GlueError(f"{path}: cannot write the results ({e.strerror or e})") from None
