@@ -168,9 +168,8 @@ class PretrainingData:
         """A torch RNG seeded by the data position, so masks differ every time a sequence is
         seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
         g = torch.Generator()
-        # (modulo 2**64, the seeds torch accepts: any --seed above ~18,000 would overflow it)
-        g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
-                       + self.rank) % 2 ** 64)
+        g.manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
+                      + self.rank)
         return g
 
     def next_batch(self):
@@ -200,6 +199,24 @@ class PretrainingData:
             self.epoch, self.batch = self.epoch + 1, 0
         x = torch.from_numpy(x)
         return dict(x=x, segment_ids=torch.from_numpy(seg), pad_mask=x != self.pad)
+
+
+# Past this many passes over the same examples a run mostly learns them by heart: a budget that
+# needs more wants more text, not more steps.
+MAX_PASSES = 4
+MORE_TEXT = "python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki"
+
+
+def repetition_warning(steps, data):
+    """One line when `steps` steps of `data` (a PretrainingData) would go through its examples
+    more than MAX_PASSES times, naming the command that prepares more text; None otherwise."""
+    passes = steps * data.batch_size / data.n_seqs
+    if passes <= MAX_PASSES:
+        return None
+    return (f"warning: this budget goes through {data.dir}'s {data.n_seqs:,} training examples "
+            f"about {passes:,.0f} times ({steps:,.0f} steps of {data.batch_size}): it will "
+            f"learn them by heart more than the language: prepare more text with `{MORE_TEXT}` "
+            "(or --corpus FILES) and train with --data data/wiki")
 
 
 class Prefetcher:

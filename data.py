@@ -14,14 +14,19 @@ writes data/wiki00/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.
 """
 import argparse
 import gzip
+import io
 import json
 import lzma
+import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import sysconfig
 import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -43,15 +48,24 @@ class DataError(Exception):
 
 # ----------------------------------------------------------------------------- sentences
 
-def split_sentences(line):
-    """Cut a paragraph into sentences: after . ! or ? (maybe closed by a quote or bracket) where
-    whitespace and a capital, digit or opening quote follow. The whitespace stays at the start
-    of the next sentence, so the sentences' tokens are exactly the paragraph's tokens (a
-    byte-level BPE sees " The" and "The" as different tokens)."""
-    return SENTENCE_END.split(line)
+def split_sentences(text):
+    """Cut text into sentences: after . ! or ? (maybe closed by a quote or bracket) where
+    whitespace and a capital, digit or opening quote follow, and after every line break. The
+    whitespace stays at the start of the next sentence, so the sentences' tokens are exactly the
+    text's tokens (a byte-level BPE sees " The" and "The" as different tokens)."""
+    ends = [e for e in sentence_ends(text) if e < len(text)]
+    return [text[a:b] for a, b in zip([0] + ends, ends + [len(text)])]
 
 
-SENTENCE_END = re.compile(r"""(?:(?<=[.!?])|(?<=[.!?]["')\]]))(?=\s+["'(\[]?[A-Z0-9])""")
+def sentence_ends(text):
+    """The character offsets at which split_sentences cuts `text`."""
+    return [m.end() for m in SENTENCE_END.finditer(text)]
+
+
+# The pattern starts at the punctuation rather than with a lookbehind: a lookbehind is tried at
+# every character of the text, which made sentence splitting cost half as much as tokenizing.
+# [^\S\n] is whitespace within a line; a line break always ends a sentence.
+SENTENCE_END = re.compile(r"""[.!?]["')\]]?(?=[^\S\n]+["'(\[]?[A-Z0-9])|\n""")
 
 
 def load_meta(data_dir):
@@ -91,13 +105,15 @@ def find_corpus_files(paths):
     return files
 
 
-def _open_text(path):
-    name = str(path)
+def _open_text(path, raw=None):
+    """A text file, decompressed; read from `raw` (the file opened in binary) when given."""
+    name, source = str(path), path if raw is None else raw
     if name.endswith(".xz"):
-        return lzma.open(path, "rt", encoding="utf-8")
+        return lzma.open(source, "rt", encoding="utf-8")
     if name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+        return gzip.open(source, "rt", encoding="utf-8")
+    return open(path, "r", encoding="utf-8") if raw is None else \
+        io.TextIOWrapper(raw, encoding="utf-8")
 
 
 def _check_text(path):
@@ -113,9 +129,9 @@ def _check_text(path):
         raise DataError(f"{path}: file is empty")
 
 
-def read_documents(path):
+def read_documents(path, raw=None):
     """Yield documents: blank-line separated blocks of .txt files, the "text" field of .jsonl."""
-    with _open_text(path) as f:
+    with _open_text(path, raw) as f:
         try:
             if str(path).endswith(".jsonl"):
                 for i, line in enumerate(f, 1):
@@ -139,6 +155,25 @@ def read_documents(path):
                 yield "\n".join(doc)
         except UnicodeDecodeError:
             raise DataError(f"{path}: not valid UTF-8 text past its start") from None
+
+
+def corpus_documents(files):
+    """The documents of all files in order, and a function that says which fraction of the
+    files' bytes has been read so far (compressed bytes for .xz/.gz: the ETA needs no total
+    of the text, which only reading it all would give)."""
+    sizes, state = [f.stat().st_size for f in files], {"done": 0, "raw": None}
+
+    def documents():
+        for f, size in zip(files, sizes):
+            with open(f, "rb") as raw:
+                state["raw"] = raw
+                yield from read_documents(f, raw)
+            state["done"], state["raw"] = state["done"] + size, None
+
+    def fraction():
+        raw = state["raw"]
+        return (state["done"] + (raw.tell() if raw and not raw.closed else 0)) / max(sum(sizes), 1)
+    return documents(), fraction
 
 
 def demo_documents(max_mb=20):
@@ -176,26 +211,173 @@ def demo_documents(max_mb=20):
                     return
 
 
+# ----------------------------------------------------------------------------- Hugging Face datasets
+
+HF_FILE_KINDS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".jsonl.gz": "json",
+                 ".json.gz": "json"}
+HF_INSTALL = ("--hf needs the optional `datasets` package: pip install datasets "
+              "(or give text files to --corpus)")
+
+
+def hf_documents(name, config=None, split="train", text_field="text"):
+    """The documents of a Hugging Face dataset, streamed, with the optional `datasets` package:
+    a dataset on the hub (`openwebtext`, `wikimedia/wikipedia` with config `20231101.en`), a
+    folder written by save_to_disk, or Parquet / JSON-lines files (a file or a folder of them).
+    Each row's `text_field` is one document, as each line of a .jsonl given to --corpus is.
+    Returns (documents, fraction, source) as corpus_documents does; every problem that can be
+    seen before reading is a DataError here, before anything is written."""
+    import importlib.util
+    if importlib.util.find_spec("datasets") is None:
+        raise DataError(HF_INSTALL)     # before asking the network anything
+    path = Path(name)
+    offline = bool(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE"))
+    unreachable = False
+    if not path.exists() and not offline and not _hub_reachable():
+        # Without a network, datasets retries for half a minute and prints every try. Its
+        # offline mode looks in the local cache alone, and fails at once when it is not there.
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+        unreachable = True
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(HF_INSTALL) from None
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    total = None
+    try:
+        if path.exists():
+            ds, total = _open_local_dataset(datasets, path, split)
+        else:
+            ds = datasets.load_dataset(name, config, split=split, streaming=True)
+            try:
+                total = ds.info.splits[split].num_examples
+            except (AttributeError, KeyError, TypeError):
+                pass
+    except DataError:
+        raise
+    except Exception as e:              # whatever the hub, the cache or the files answer
+        raise DataError(_hf_failure(name, e, unreachable)) from None
+    if ds.column_names is not None:     # a streamed dataset may know its columns only later
+        if text_field not in ds.column_names:
+            raise DataError(f"{name} has no column {text_field!r} (it has "
+                            f"{', '.join(ds.column_names)}): choose one with --text_field")
+        ds = ds.select_columns([text_field])
+    state = {"rows": 0}
+
+    def documents():
+        try:
+            for batch in ds.iter(batch_size=1000):
+                if text_field not in batch:
+                    raise DataError(f"{name} has no column {text_field!r} (it has "
+                                    f"{', '.join(batch)}): choose one with --text_field")
+                for text in batch[text_field]:
+                    state["rows"] += 1
+                    if text is not None and not isinstance(text, str):
+                        raise DataError(f"{name}: column {text_field!r} holds "
+                                        f"{type(text).__name__}, not text: choose another "
+                                        "with --text_field")
+                    if text and text.strip():
+                        yield text
+        except (DataError, KeyboardInterrupt, GeneratorExit):
+            raise
+        except Exception as e:          # the network went away, a damaged file ...
+            raise DataError(f"reading {name} failed after {state['rows']:,} rows "
+                            f"({type(e).__name__}: {_first_line(e)}): nothing was written; "
+                            "run the command again") from None
+
+    fraction = (lambda: state["rows"] / total) if total else None
+    source = f"{name} ({config}, {split})" if config else f"{name} ({split})"
+    return documents(), fraction, source
+
+
+def _open_local_dataset(datasets, path, split):
+    """A save_to_disk folder (Dataset or DatasetDict), or Parquet / JSON-lines files; returns
+    (dataset, rows or None)."""
+    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
+        ds = datasets.load_from_disk(str(path))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise DataError(f"{path} has no split {split!r} (it has {', '.join(ds)}): "
+                                "choose one with --hf_split")
+            ds = ds[split]
+        return ds, len(ds)              # memory-mapped Arrow: read as it is iterated
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    kinds = {f: next((k for s, k in HF_FILE_KINDS.items() if f.name.endswith(s)), None)
+             for f in files}
+    files = [f for f in files if kinds[f]]
+    if not files or len({kinds[f] for f in files}) > 1:
+        raise DataError(f"{path}: give a save_to_disk folder, or .parquet or .jsonl files "
+                        "(one kind), to --hf")
+    kind = kinds[files[0]]
+    rows = None
+    if kind == "parquet":               # the row count is in each file's footer
+        import pyarrow.parquet as pq
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    ds = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train",
+                               streaming=True)
+    return ds, rows
+
+
+def _hub_reachable(timeout=10):
+    """Whether the Hugging Face hub answers at all (any HTTP answer counts), within `timeout`
+    seconds."""
+    import urllib.error
+    import urllib.request
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _hf_failure(name, e, unreachable):
+    """One line for a dataset that could not be opened: what happened, and what to do."""
+    text = _first_line(e)
+    if "scripts are no longer supported" in text:
+        return (f"{name} is published as a loading script, which this version of datasets no "
+                "longer runs: choose a dataset stored as Parquet (e.g. wikimedia/wikipedia "
+                "--hf_config 20231101.en), or pip install 'datasets<4'")
+    if unreachable or "offline" in text.lower() or "couldn't reach" in text.lower():
+        return (f"cannot reach the Hugging Face hub, and {name} is not in the local cache: "
+                "connect to the internet, or copy the dataset here (Parquet files or a "
+                "save_to_disk folder) and give its path to --hf")
+    if type(e).__name__ in ("DatasetNotFoundError", "FileNotFoundError", "RepositoryNotFoundError"):
+        return f"{name}: no such dataset on the hub or on disk ({text}): check the name"
+    return f"could not open {name} ({type(e).__name__}: {text})"
+
+
+def _first_line(e):
+    lines = str(e).strip().splitlines()
+    return (lines[0] if lines else type(e).__name__)[:300]
+
+
 # ----------------------------------------------------------------------------- preparation
 
-def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, threads=None,
-            source="", log=print):
+def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, workers=None,
+            max_tokens=None, fraction=None, source="", log=print, live=False):
     """Tokenize `documents` (an iterable of str, read once) into out_dir atomically.
 
     The BPE is trained on the first `bpe_mb` MB of documents (a sample is enough: merge ranks
     learned on 20 MB of English barely change with more). Every `val_every`-th document goes
-    to val.bin. Everything is written into a temporary folder renamed into place at the end,
+    to val.bin. Documents are tokenized by `workers` processes, a chunk at a time, and written
+    as they come back, so memory stays small whatever the corpus; `max_tokens` stops after the
+    document that reaches it. `fraction()`, if given, says how much of the input has been read
+    (for the ETA). Everything is written into a temporary folder renamed into place at the end,
     so an interrupted preparation leaves nothing half-written."""
     out_dir = Path(out_dir)
     check_out_dir(out_dir)              # before any work: an earlier preparation is replaced
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    _remove_abandoned(out_dir)
     try:
         tmp.mkdir(parents=True)
     except OSError as e:                # --out_root is a file, or read-only
         raise DataError(f"{out_dir}: cannot create it ({e.strerror or e}): choose another "
                         "--out_root") from None
-    threads = threads or os.cpu_count()
+    workers = workers or default_workers()
     try:
         docs = iter(documents)
         sample, size = [], 0
@@ -219,47 +401,33 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         counts = {"train": 0, "val": 0}
         files = {s: open(tmp / f"{s}.bin", "wb") for s in counts}
         sent_files = {s: open(tmp / f"{s}.sent.bin", "wb") for s in counts}
-        n_docs, n_chars, n_sents, t0 = 0, 0, 0, time.time()
-
-        # Sentence boundaries in token space. Encoding every sentence on its own would cost a
-        # thread-pool round trip per sentence (slower than the tokenizing itself), so whole
-        # documents are encoded and each sentence's end is found by its *byte* offset: the
-        # tokens' bytes concatenate to the document's UTF-8, and BPE never merges across the
-        # whitespace where split_sentences cuts, so every sentence end is a token end.
-        token_bytes = np.array([len(r) for r in tok.ranks] + [0] * len(tok.special_ids))
-
-        def flush(chunk):
-            nonlocal n_docs, n_chars, n_sents
-            for doc, ids in zip(chunk, tok.encode_batch(chunk, num_threads=threads)):
-                split = "val" if n_docs % val_every == val_every - 1 else "train"
-                ids = np.array(ids, dtype=np.uint16)
-                # the document as sentences that concatenate back to it ("\n" ends a line's
-                # last sentence), their UTF-8 end offsets, and the token count up to each
-                lines = doc.split("\n")
-                sents = [t for i, line in enumerate(lines)
-                         for t in split_sentences(line + ("\n" if i < len(lines) - 1 else ""))]
-                ends_b = np.cumsum([len(t.encode("utf-8")) for t in sents])
-                ends_t = np.searchsorted(np.cumsum(token_bytes[ids]), ends_b) + 1
-                lens = np.diff(np.minimum(ends_t, len(ids)), prepend=0)
-                lens = np.append(lens[lens > 0], 0).astype(np.uint32)   # 0: end of document
-                ids.tofile(files[split])
-                lens.tofile(sent_files[split])
-                counts[split] += len(ids)
-                n_docs, n_sents = n_docs + 1, n_sents + len(lens) - 1
-            n_chars += sum(map(len, chunk))
-            rate = n_chars / 1e6 / max(time.time() - t0, 1e-9)
-            log(f"\rtokenized {n_docs:,} documents, {n_chars / 1e6:,.1f} MB, "
-                f"{sum(counts.values()):,} tokens ({rate:.1f} MB/s)", end="")
-
-        chunk = []
-        for d in _chain(sample, docs):
-            chunk.append(d)
-            if len(chunk) == 2000:
-                flush(chunk)
-                chunk = []
-        if chunk:
-            flush(chunk)
-        log("")
+        n_docs, n_sents = 0, 0
+        progress = Progress(log, live, fraction, max_tokens)
+        log(f"tokenizing with {workers} worker process{'es' * (workers > 1)} ...")
+        chunks = tokenized_chunks(_chunks(_chain(sample, docs)), tok, workers)
+        try:
+            for ids, lens, doc_tokens, doc_entries, n_bytes in chunks:
+                if max_tokens:                  # stop after the document that reaches it
+                    reach = sum(counts.values()) + np.cumsum(doc_tokens)
+                    k = int(np.searchsorted(reach, max_tokens)) + 1
+                    if k < len(doc_tokens):
+                        ids, lens = ids[:doc_tokens[:k].sum()], lens[:doc_entries[:k].sum()]
+                        doc_tokens, doc_entries = doc_tokens[:k], doc_entries[:k]
+                # every val_every-th document of the whole corpus is held out
+                in_val = np.arange(n_docs, n_docs + len(doc_tokens)) % val_every == val_every - 1
+                val_tok, val_len = np.repeat(in_val, doc_tokens), np.repeat(in_val, doc_entries)
+                for split, t, l in (("train", ~val_tok, ~val_len), ("val", val_tok, val_len)):
+                    ids[t].tofile(files[split])
+                    lens[l].tofile(sent_files[split])
+                    counts[split] += int(t.sum())
+                n_docs += len(doc_tokens)
+                n_sents += len(lens) - len(doc_tokens)
+                progress.update(n_docs, n_bytes, sum(counts.values()))
+                if max_tokens and sum(counts.values()) >= max_tokens:
+                    break
+        finally:
+            chunks.close()                  # stops the worker processes
+        progress.done()
         for f in (*files.values(), *sent_files.values()):
             f.close()
         if counts["val"] == 0:          # under `val_every` documents: hold out train's tail
@@ -283,6 +451,172 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, thre
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ----------------------------------------------------------------------------- tokenizing
+
+def tokenize_documents(tok, docs):
+    """Tokenize a list of documents and find their sentences in token space.
+
+    Returns ids (uint16, the documents one after the other), lens (uint32: the token count of
+    every sentence, 0 after each document), and per document how many of ids and of lens are
+    its own (doc_tokens, doc_entries), and the documents' size in UTF-8 bytes.
+
+    Encoding every sentence on its own would cost a call per sentence, so whole documents are
+    encoded and each sentence's end is found by its *byte* offset: the tokens' bytes
+    concatenate to the document's UTF-8, and BPE never merges across the whitespace where
+    split_sentences cuts, so every sentence end is a token end."""
+    ids, ends_b, offset = [], [], 0
+    for doc in docs:
+        ends = sentence_ends(doc)
+        if not ends or ends[-1] != len(doc):
+            ends.append(len(doc))
+        if not doc.isascii():           # character offsets -> UTF-8 byte offsets
+            try:
+                cp = np.frombuffer(doc.encode("utf-32-le"), dtype=np.uint32)
+            except UnicodeEncodeError:  # lone surrogates (from JSON escapes): not UTF-8 text
+                doc = doc.encode("utf-8", "replace").decode("utf-8")
+                cp = np.frombuffer(doc.encode("utf-32-le"), dtype=np.uint32)
+            n_bytes = np.cumsum(1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000))
+            ends = n_bytes[np.array(ends) - 1]
+        ends = np.asarray(ends, dtype=np.int64)
+        ids.append(_encode(tok, doc))
+        ends_b.append(ends + offset)
+        offset += int(ends[-1])
+    doc_tokens = np.array([len(t) for t in ids], dtype=np.int64)
+    ids = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
+    # Over all documents at once: the byte offset where each token ends, the first token that
+    # reaches each sentence's end, and so the tokens in each sentence.
+    tok_end = np.cumsum(_token_bytes(tok)[ids])
+    assert not len(ids) or tok_end[-1] == offset, "tokens do not spell the documents' bytes"
+    ends_t = np.searchsorted(tok_end, np.concatenate(ends_b)) + 1
+    lens = np.diff(np.minimum(ends_t, len(ids)), prepend=0)
+    # Drop empty sentences (a cut inside a token), then a 0 after each document's sentences.
+    doc_of = np.repeat(np.arange(len(ends_b)), [len(e) for e in ends_b])
+    kept = np.bincount(doc_of[lens > 0], minlength=len(ends_b))
+    lens = np.insert(lens[lens > 0], np.cumsum(kept), 0).astype(np.uint32)
+    return ids.astype(np.uint16), lens, doc_tokens, kept + 1, offset
+
+
+def _encode(tok, text):
+    """tok.encode(text) as a uint32 array: tiktoken hands over its buffer without building a
+    Python list of ints (encode_to_numpy, tiktoken >= 0.8; with no special tokens allowed or
+    disallowed it is encode_ordinary: "[MASK]" in the text stays text)."""
+    if hasattr(tok.enc, "encode_to_numpy"):
+        return tok.enc.encode_to_numpy(text, disallowed_special=())
+    return np.array(tok.encode(text), dtype=np.uint32)
+
+
+def _token_bytes(tok):
+    if not hasattr(tok, "_n_bytes"):
+        tok._n_bytes = np.array([len(r) for r in tok.ranks] + [0] * len(tok.special_ids))
+    return tok._n_bytes
+
+
+def default_workers():
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:              # macOS, Windows
+        return os.cpu_count() or 1
+
+
+_worker_tok = None                      # the tokenizer inside a worker process
+
+
+def _start_worker(ranks):
+    global _worker_tok
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the main process's to handle
+    _worker_tok = Tokenizer(ranks)
+
+
+def _tokenize_in_worker(docs):
+    return tokenize_documents(_worker_tok, docs)
+
+
+def tokenized_chunks(chunks, tok, workers):
+    """tokenize_documents over `chunks` (lists of documents), results in the input's order.
+
+    With several workers each chunk goes to a process of its own: tokenizing and sentence
+    splitting both run in parallel, which tiktoken's own threads would not give (the splitting
+    is Python, held to one core by the GIL). At most two chunks per worker are in flight, so
+    however fast the corpus is read it is never held in memory. "spawn" starts the processes
+    the same way on every system, and never copies a parent that has touched a GPU (a script
+    of your own that calls prepare() therefore needs the `if __name__ == "__main__":` guard).
+    A corpus of one chunk is tokenized here: starting processes would cost more."""
+    chunks = iter(chunks)
+    head = [c for c in (next(chunks, None), next(chunks, None)) if c is not None]
+    if workers <= 1 or len(head) < 2:
+        for docs in _chain(head, chunks):
+            yield tokenize_documents(tok, docs)
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(tok.ranks,))
+    try:
+        pending = deque()
+        for docs in _chain(head, chunks):
+            pending.append(pool.submit(_tokenize_in_worker, docs))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+CHUNK_CHARS = 1 << 20
+
+
+def _chunks(docs, chunk_chars=None):
+    """Documents in lists of about 1 MB: big enough that handing one to a process costs
+    little, small enough to keep every worker busy to the end."""
+    chunk, size, chunk_chars = [], 0, chunk_chars or CHUNK_CHARS
+    for d in docs:
+        chunk.append(d)
+        size += len(d)
+        if size >= chunk_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+class Progress:
+    """MB/s, tokens and ETA of a preparation: one line rewritten in place on a terminal (live),
+    a plain line every `every` seconds in a log. The ETA comes from `fraction()` (how much of
+    the input has been read) or from --max_tokens, whichever is further along."""
+
+    def __init__(self, log, live, fraction=None, max_tokens=None, every=30.0):
+        self.log, self.live, self.fraction, self.max_tokens = log, live, fraction, max_tokens
+        self.every, self.t0, self.last, self.mb, self.shown = every, time.time(), 0.0, 0.0, False
+
+    def update(self, n_docs, n_bytes, n_tokens):
+        self.mb += n_bytes / 1e6
+        now = time.time()
+        if now - self.last < (0.5 if self.live else self.every):
+            return
+        self.last, dt = now, now - self.t0
+        done = max((self.fraction() or 0) if self.fraction else 0,
+                   n_tokens / self.max_tokens if self.max_tokens else 0)
+        eta = f", ETA {_hms(dt * (1 - done) / done)}" if 0.001 < done < 1 else ""
+        line = (f"tokenized {n_docs:,} documents, {self.mb:,.0f} MB, {n_tokens:,} tokens "
+                f"({self.mb / max(dt, 1e-9):.1f} MB/s{eta})")
+        if self.live:
+            self.log(f"\r{line}\033[K", end="")
+            self.shown = True
+        elif dt >= self.every:          # a log gets no line for a short preparation
+            self.log(line)
+
+    def done(self):
+        if self.shown:
+            self.log("")
+        dt = time.time() - self.t0
+        self.log(f"tokenized {self.mb:,.1f} MB in {_hms(dt)} ({self.mb / max(dt, 1e-9):.1f} MB/s)")
+
+
+def _hms(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 def check_out_dir(out_dir):
     """prepare() replaces out_dir, so out_dir must be an earlier preparation, an empty folder
     or nothing yet. `--name ..`, or a name that happens to be one of the user's own folders,
@@ -294,6 +628,24 @@ def check_out_dir(out_dir):
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "meta.json").is_file():
         raise DataError(f"{out_dir} holds files but is not a prepared data folder (no "
                         "meta.json), so it is not replaced: choose another --name or --out_root")
+
+
+def _remove_abandoned(out_dir):
+    """Remove the temporary folders of earlier preparations of out_dir whose process is gone
+    (killed, or a power cut): gigabytes of tokens must not stay hidden on the disk. Only where
+    a process can be asked whether it is alive without harm (POSIX; on Windows os.kill ends it)."""
+    if os.name != "posix" or not out_dir.parent.is_dir():
+        return
+    for folder in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:                 # alive, another user's
+            pass
 
 
 def _hold_out_tail(folder, val_every):
@@ -333,25 +685,49 @@ def prepare_demo(log=print):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
-    p.add_argument("--corpus", nargs="+", required=True,
-                   help=".txt, .txt.xz, .txt.gz, .jsonl files or folders of them")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", nargs="+",
+                     help=".txt, .txt.xz, .txt.gz, .jsonl files or folders of them")
+    src.add_argument("--hf", metavar="DATASET",
+                     help="a Hugging Face dataset (needs `pip install datasets`): a hub name such "
+                          "as openwebtext or wikimedia/wikipedia, a save_to_disk folder, or "
+                          ".parquet / .jsonl files")
+    p.add_argument("--hf_config", default=None, help="the dataset's configuration (Wikipedia: "
+                   "20231101.en)")
+    p.add_argument("--hf_split", default="train", help="the dataset's split (default: train)")
+    p.add_argument("--text_field", default="text", help="the column that holds the text")
     p.add_argument("--name", required=True, help="output folder name under data/")
     p.add_argument("--out_root", default=str(DATA_ROOT), help="where data/NAME goes")
     p.add_argument("--vocab_size", type=int, default=30522, help="BPE ranks + 4 special tokens")
     p.add_argument("--bpe_mb", type=float, default=20, help="MB of text the BPE is trained on")
-    p.add_argument("--threads", type=int, default=None, help="tokenizer threads (default: all)")
+    p.add_argument("--max_tokens", type=int, default=None,
+                   help="stop after the document that reaches this many tokens")
+    p.add_argument("--workers", "--threads", type=int, default=None,
+                   help="tokenizer processes (default: every core)")
     args = p.parse_args(argv)
     try:
         if not re.fullmatch(r"[\w.-]+", args.name):
             raise DataError(f"--name {args.name!r}: use letters, digits, '.', '_' or '-'")
         if not 260 < args.vocab_size <= 65536:
             raise DataError(f"--vocab_size {args.vocab_size}: must be in 261..65536 (uint16 ids)")
-        files = find_corpus_files(args.corpus)
-        print(f"preparing {len(files)} file(s) into {args.out_root}/{args.name}")
-        docs = (d for f in files for d in read_documents(f))
-        meta = prepare(docs, Path(args.out_root) / args.name, args.vocab_size, args.bpe_mb,
-                       threads=args.threads, source=" ".join(map(str, files)),
-                       log=lambda *a, **k: print(*a, **k, flush=True))
+        if args.max_tokens is not None and args.max_tokens <= 0:
+            raise DataError(f"--max_tokens {args.max_tokens}: must be a positive number of tokens")
+        if args.workers is not None and args.workers <= 0:
+            raise DataError(f"--workers {args.workers}: must be at least 1")
+        out = Path(args.out_root) / args.name
+        check_out_dir(out)              # before a download starts, not after
+        if args.hf:
+            docs, fraction, source = hf_documents(args.hf, args.hf_config, args.hf_split,
+                                                  args.text_field)
+            print(f"preparing {source} into {out}")
+        else:
+            files = find_corpus_files(args.corpus)
+            docs, fraction = corpus_documents(files)
+            source = " ".join(map(str, files))
+            print(f"preparing {len(files)} file(s) into {out}")
+        meta = prepare(docs, out, args.vocab_size, args.bpe_mb, workers=args.workers,
+                       max_tokens=args.max_tokens, fraction=fraction, source=source,
+                       log=lambda *a, **k: print(*a, **k, flush=True), live=sys.stdout.isatty())
     except DataError as e:
         print(f"\nerror: {e}", file=sys.stderr)
         return 1

@@ -22,7 +22,7 @@ import torch
 from ablations import build_model
 from checkpoint import CheckpointError, rng_state, save_checkpoint, set_rng_state
 from config import lr_at
-from batches import PretrainingData, Prefetcher
+from batches import PretrainingData, Prefetcher, repetition_warning
 from data import load_tokenizer
 from device import pick_precision
 from distributed import Dist
@@ -145,6 +145,12 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
+    # A budget that goes through a small corpus many times (the demo corpus on a GPU) learns it
+    # by heart: one line says so - at the start for steps or FLOPs, at the first log for --hours.
+    repeats = repetition_warning(args.max_steps or args.flops / flops_per_step, data) \
+        if not args.hours else None
+    if repeats:
+        say(repeats)
     try:
         while progress() < 1.0:
             note = raw_model.on_progress(progress())      # two-stage: start stage two at 1/2
@@ -188,6 +194,12 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                     print(progress_line(rec), flush=True)
                     log_file.write(json.dumps(rec) + "\n")
                     log_file.flush()
+                if args.hours and repeats is None:      # the step rate is measured now
+                    rate = interval_steps / (time.time() - interval_start)
+                    repeats = repetition_warning(
+                        st["step"] + rate * (args.hours * 3600 - st["elapsed"]), data) or ""
+                    if repeats:
+                        say(repeats)
                 sums, interval_start, interval_steps = {}, time.time(), 0
             for f in args.save_at:                        # Table 1-style compute checkpoints
                 if progress() >= f and f not in st["saved_fractions"]:
