@@ -168,8 +168,9 @@ class PretrainingData:
         """A torch RNG seeded by the data position, so masks differ every time a sequence is
         seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
         g = torch.Generator()
-        g.manual_seed(((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
-                      + self.rank)
+        # (modulo 2**64, the seeds torch accepts: any --seed above ~18,000 would overflow it)
+        g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
+                       + self.rank) % 2 ** 64)
         return g
 
     def next_batch(self):
