@@ -7,6 +7,8 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
     python inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
     python inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
+    python inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
+    python inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
     python inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
 
 The head scores "replaced": P(replaced) = sigmoid(logit_t) = 1 - D(x, t), D(x, t) being the
@@ -30,15 +32,16 @@ from ablations import build_model
 from batches import PretrainingData, load_split
 from data import DataError, load_meta, read_documents, split_sentences
 from glue import GlueError
-from analyses import InspectError, attention, calibration, cola, d_probs, encode, p_replaced, \
-    pieces, save_png, scoring, shown, sst2
+from analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
+    mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from objectives import Masked, corrupt, sample
 from tokenizer import Tokenizer
 import matplotlib
 matplotlib.use("Agg")                              # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-COMMANDS = ("show", "figure2", "calibration", "cola", "scoring", "sst2", "attention", "all")
+COMMANDS = ("show", "figure2", "calibration", "cola", "scoring", "sst2", "attention", "mlm",
+            "all")
 SHARED_GLUE = Path(__file__).resolve().parent.parent / "shared" / "data" / "glue"
 
 
@@ -217,6 +220,83 @@ def held_out(args, tok, cfg):
     return seqs[:n_seq], sents[:n_sent]
 
 
+# ----------------------------------------------------------------------------- ELECTRA as an MLM
+
+def load_bert(path, tok):
+    """A BERT checkpoint's masked LM (eval mode), checked to share the ELECTRA tokenizer."""
+    ckpt = load_checkpoint(path)
+    try:
+        cfg, btok = Config.from_dict(ckpt["config"]), Tokenizer.from_text(ckpt["tokenizer"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise InspectError(f"--bert {path}: unusable config or tokenizer ({type(e).__name__})") \
+            from None
+    if cfg.model != "bert":
+        raise InspectError(f"--bert {path}: an {cfg.model} checkpoint, not a BERT one "
+                           "(train one with electra_small.py --model bert)")
+    if btok.to_text() != tok.to_text():
+        raise InspectError(f"--bert {path}: another tokenizer than --ckpt's; the two models must "
+                           "be trained on the same prepared data to predict the same tokens")
+    model = build_model(cfg)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise InspectError(f"--bert {path}: weights do not fit the config "
+                           f"({str(e).splitlines()[0]})") from None
+    return model.eval()
+
+
+def mlm_sentence(model, tok, cfg, text, mask_items, k, bert=None, rows=10):
+    """Each chosen token masked alone: G's best candidates and Appendix G's, side by side."""
+    x = encode(tok, text, cfg.seq_len)
+    toks = pieces(tok, x)
+    pos = choose_positions(toks, mask_items)
+    if not pos:
+        raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
+    res = []
+    for t in pos:
+        xt, tt = torch.tensor([x]), torch.tensor([t])
+        cand, p_g, d_real, score = mlm_candidates(model, xt, tt, topk=k, mask_id=tok.mask_id,
+                                                  mask_prob=cfg.mask_prob)
+        order = score[0].argsort(descending=True)
+        n = min(rows, k)
+        g_col = [f"{shown(w)!s:>12} {p:.3f}" for w, p in
+                 zip(pieces(tok, cand[0, :n]), p_g[0, :n].tolist())]
+        e_col = [f"{shown(w)!s:>12} {s:.3f} (D {d:.2f})" for w, s, d in
+                 zip(pieces(tok, cand[0, order[:n]]), score[0, order[:n]].tolist(),
+                     d_real[0, order[:n]].tolist())]
+        head = f"{'G: p_G(x | c)':>18}   {'ELECTRA: Appendix G p_data(x | c)':<34}"
+        b_col = None
+        if bert is not None:
+            xm = xt.clone()
+            xm[0, t] = tok.mask_id
+            pb, ib = torch.softmax(bert.mlm(xm, tt[:, None])[0, 0].float(), -1).topk(n)
+            b_col = [f"{shown(w)!s:>12} {p:.3f}" for w, p in zip(pieces(tok, ib), pb.tolist())]
+            head += f" {'BERT: p(x | c)':>18}"
+        print(f"{t - 1:>3} {toks[t]!r} masked in: " + " ".join(
+            shown(w) if j != t else "[MASK]" for j, w in enumerate(toks)) + "\n" + head)
+        for r in range(n):
+            print(f"{r + 1:>3} {g_col[r]}   {e_col[r]:<34}" + (f" {b_col[r]}" if b_col else ""))
+        res.append(dict(position=t - 1, token=toks[t], g=pieces(tok, cand[0, :n]),
+                        electra=pieces(tok, cand[0, order[:n]])))
+    return res
+
+
+def mlm(model, tok, cfg, seqs, k, seed, bert, out):
+    """The accuracies of G, ELECTRA (Appendix G) and BERT at one masked token per sequence."""
+    r = mlm_accuracy(model, tok, seqs, k, seed, bert, cfg.mask_prob)
+    print(f"masked LM on {r['n']} held-out sequences, one real token masked in each (seed {seed})"
+          f"\n  (a) G alone, argmax p_G               {100 * r['g_acc']:5.1f} %"
+          f"\n  (b) ELECTRA, Appendix G over G's top-{k:<3} {100 * r['electra_acc']:5.1f} %"
+          f"   (G's answer fixed {r['fixed']}, broken {r['broken']})"
+          f"\n  (c) true token in G's top-{k:<3} (bound)  {100 * r['upper_acc']:5.1f} %" +
+          (f"\n  (d) BERT, argmax                      {100 * r['bert_acc']:5.1f} %"
+           if bert is not None else ""))
+    path = out / "mlm.json"
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(r, indent=1)))
+    print(f"wrote {path}")
+    return r
+
+
 # ----------------------------------------------------------------------------- command line
 
 class Parser(argparse.ArgumentParser):
@@ -230,12 +310,14 @@ def parse_args(argv):
     p.add_argument("words", nargs="*", help=f"[{'|'.join(COMMANDS)}] [TEXT] (default: show)")
     p.add_argument("--ckpt", required=True, help="ELECTRA pre-training checkpoint (ckpt.pt)")
     p.add_argument("--mask", default="", help="show/figure2: token indices or words, e.g. 2,4")
-    p.add_argument("--topk", type=int, default=5, help="how many of p_G's best tokens to show")
+    p.add_argument("--topk", type=int, help="p_G's best tokens: how many to show (default 5); "
+                   "mlm: the candidates Appendix G picks from (default 100, as the paper)")
+    p.add_argument("--bert", help="mlm: a BERT checkpoint trained on the same data, to compare")
     p.add_argument("--color", action="store_true", help="ANSI colours even when not a tty")
     p.add_argument("--data", help="prepared data folder: its val split is the held-out text")
     p.add_argument("--text", help="held-out text file (.txt/.txt.xz/.jsonl) instead of --data")
     p.add_argument("--glue_dir", default=str(SHARED_GLUE) if SHARED_GLUE.is_dir() else None)
-    p.add_argument("--n", type=int, default=200, help="held-out sequences for calibration")
+    p.add_argument("--n", type=int, default=200, help="held-out sequences for calibration, mlm")
     p.add_argument("--n_sentences", type=int, default=200, help="sentences for scoring")
     p.add_argument("--bins", type=int, default=10, help="calibration bins")
     p.add_argument("--label_words", default="terrible,great", help="SST-2 words for 0,1")
@@ -256,6 +338,14 @@ def run(args):
             raise InspectError(f"--{flag} must be a positive number")
     if cmd == "show" and not text:
         raise InspectError("give some text to show, e.g. \"the chef ate the meal\"")
+    if args.bert and cmd != "mlm":
+        raise InspectError("--bert is for the mlm command only")
+    if cmd == "mlm" and text and not args.mask:
+        raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
+    if cmd == "mlm" and not text and not (args.data or args.text):
+        raise InspectError("mlm needs held-out text (--data DIR or --text FILE) for the "
+                           "accuracies, or a sentence and --mask WORD for its candidates")
+    args.topk = args.topk or (100 if cmd == "mlm" else 5)
     if cmd in ("figure2", "all") and not text:              # the paper's example
         text, args.mask = "the chef cooked the meal", args.mask or "the,cooked"
     if cmd in ("figure2", "all") and not args.mask:
@@ -267,6 +357,9 @@ def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok, cfg = load(args.ckpt)
+    if args.topk > cfg.vocab_size:
+        raise InspectError(f"--topk {args.topk}: the vocabulary has {cfg.vocab_size} tokens")
+    bert = load_bert(args.bert, tok) if args.bert else None
     out = Path(args.out) if args.out else Path(args.ckpt).parent / "inspect"
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -277,6 +370,10 @@ def run(args):
         return show(model, tok, cfg, text, items, args.topk, out, args.color or sys.stdout.isatty())
     if cmd == "figure2":
         return figure2(model, tok, cfg, text, items, args.topk, args.seed, out)
+    if cmd == "mlm" and text:
+        return mlm_sentence(model, tok, cfg, text, items, args.topk, bert)
+    if cmd == "mlm":
+        return mlm(model, tok, cfg, held_out(args, tok, cfg)[0], args.topk, args.seed, bert, out)
     glue = args.glue_dir if args.glue_dir and Path(args.glue_dir).is_dir() else None
     if cmd in ("cola", "sst2") and not glue:
         raise InspectError(f"no GLUE folder {args.glue_dir or ''}: give --glue_dir (CoLA/, SST-2/)")
