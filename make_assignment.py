@@ -14,6 +14,13 @@ function's contract, the tests that grade it, a question to think about), and th
 in tests/parts/, one file per part: `python -m pytest tests/parts/test_part_mask.py` grades one
 part. In the copy, the tests of blanked parts fail and all others pass; a part is done when its
 file passes. tests/test_assignments.py checks exactly that, on the reference and on copies.
+
+The copy gives no blanked answer away. The *why* of a part - the answer to its "think about"
+question - is a comment inside the marked region, so it goes with the body; the instructor's
+answers and the mistakes each test catches are in docs/instructor-notes.md, which the copy
+leaves out. Code elsewhere that restates a part's answer is marked `# BEGIN ANSWER <part>` /
+`# END ANSWER <part>` and replaced by a call to the student's function (STAND_INS); a tool that
+restates one and that no part needs is left out of the copy (LEFT_OUT).
 """
 import argparse
 import re
@@ -24,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 MARK = re.compile(r"^(\s*)# (BEGIN|END) ASSIGNMENT (\w+)\s*$")
+ANSWER = re.compile(r"^(\s*)# (BEGIN|END) ANSWER (\w+)\b")
+INSTRUCTOR_NOTES = ROOT / "docs" / "instructor-notes.md"    # per part: answers, mistakes
 
 
 @dataclass
@@ -45,18 +54,23 @@ class Part:
 
 PARTS = [
     Part("mask", "Choose the positions to mask", "objectives.py: mask_tokens", "§2, Appendix A",
-         "m_i ~ unif{1, n} for i = 1..k, k = round(0.15 n);  x_masked = REPLACE(x, m, [MASK])",
-         "x (B, T) ids -> Masked(x_masked, positions, targets, weights): k positions per row, "
-         "never a special token, in K fixed slots (unused slots weight 0); of the chosen, "
+         "m = k distinct positions drawn uniformly from the n real tokens, k = round(0.15 n);  "
+         "x_masked = REPLACE(x, m, [MASK])",
+         "x (B, T) ids -> Masked(x_masked, positions, targets, weights): n = the real tokens of "
+         "a row (never a special token); k = round(mask_prob * n) to the nearest integer (a tie "
+         "at .5 either way), at least 1, at most n and K; k distinct positions, uniformly at "
+         "random, in the first k of K fixed slots (unused slots weight 0); of the chosen, "
          "replace_prob show [MASK], random_prob a random id below n_random, the rest themselves.",
-         "give every real token a random score and take the top K; weight the first k",
+         "n = real tokens per row; k = torch.round(mask_prob * n) or floor(mask_prob * n + 0.5) "
+         "(both pass), clamped to [1, min(n, K)]; give every real token a random score, take "
+         "the top K, weight the first k",
          "Why does ELECTRA keep 15 % of the chosen tokens unmasked instead of BERT's 10/10 split?"),
     Part("sample", "Sample from the generator", "objectives.py: sample", "§2",
          "x̂_i ~ p_G(x_i | x_masked) = softmax(logits)  (temperature 1)",
          "logits (..., V) -> int64 ids (...), one exact sample per row, no gradient; the same "
-         "`generator` seed gives the same samples. Training runs the fused mlm_output.py "
-         "unless `electra_small.py --plain_mlm`: add it to train with your function.",
-         "the Gumbel-max trick: argmax(logits - log(-log U)), U ~ U(0, 1)",
+         "`generator` seed gives the same samples. Training samples with your function.",
+         "draw one id per row with probability softmax(logits), with random numbers from "
+         "`generator` (two exact ways: invert the CDF, or the Gumbel-max trick)",
          "Why sample at all - what would D learn if G's argmax filled every masked position?"),
     Part("corrupt", "Build x_corrupt and its labels", "objectives.py: corrupt", "§2",
          "x_corrupt = REPLACE(x, m, x̂);  is_replaced_t = 1(x_corrupt_t != x_t)",
@@ -127,6 +141,20 @@ PARTS = [
 ]
 BY_NAME = {p.name: p for p in PARTS}
 
+# Code outside a part that restates its answer, between `# BEGIN ANSWER <part>` and `# END
+# ANSWER <part>`: in a copy with the part blank it becomes these lines, which call the
+# student's function (so the copy still trains, with the student's code).
+STAND_INS = {
+    ("mlm_output.py", "sample"): [
+        "# x̂ from your objectives.sample (Part 2), on log p_G: the same distribution.",
+        "import objectives",
+        "x_hat = objectives.sample(p.log().view(B, K, -1), generator)",
+        "return loss, x_hat, hits"],
+}
+# Tools that restate a part's answer and that no part needs: bench.py samples with the
+# Gumbel-max trick and builds x_corrupt for its Hugging Face contender; parity.py imports it.
+LEFT_OUT = {"sample": ("bench.py", "parity.py"), "corrupt": ("bench.py", "parity.py")}
+
 
 class AssignmentError(Exception):
     """Bad arguments; printed as one line."""
@@ -155,6 +183,22 @@ def replace_body(text, part, body_lines):
     begin, end, indent = regions(text)[part]
     new = [indent + l + "\n" if l else "\n" for l in body_lines]
     return "".join(lines[:begin + 1] + new + lines[end:])
+
+
+def replace_answers(text, part, body_lines):
+    """The text with every `# BEGIN ANSWER part` ... `# END ANSWER part` region, markers
+    included, replaced by body_lines indented like its BEGIN marker."""
+    out, indent = [], None
+    for line in text.splitlines(keepends=True):
+        m = ANSWER.match(line)
+        if m and m.group(3) == part and m.group(2) == "BEGIN":
+            indent = m.group(1)
+            out += [indent + l + "\n" if l else "\n" for l in body_lines]
+        elif m and m.group(3) == part and indent is not None:
+            indent = None
+        elif indent is None:
+            out.append(line)
+    return "".join(out)
 
 
 def reference_body(part):
@@ -217,16 +261,22 @@ def make_copy(out, parts):
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
+        left_out = {f for part in parts for f in LEFT_OUT.get(part, ())}
         for f in sorted(ROOT.glob("*.py")) + [ROOT / "requirements.txt", ROOT / "README.md"]:
+            if f.name in left_out:
+                continue
             text = f.read_text()
             for part in parts:
                 if BY_NAME[part].file == f.name:
                     text = replace_body(text, part, stub(part))
+                if f"# BEGIN ANSWER {part}" in text:
+                    text = replace_answers(text, part, STAND_INS[(f.name, part)])
             (tmp / f.name).write_text(text)
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
-        shutil.copytree(ROOT / "docs", tmp / "docs")          # the README's links resolve
+        shutil.copytree(ROOT / "docs", tmp / "docs",          # the README's links resolve
+                        ignore=shutil.ignore_patterns(INSTRUCTOR_NOTES.name))   # not the answers
         (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
         if out.exists():
             out.rmdir()

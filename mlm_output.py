@@ -20,7 +20,7 @@ Here the probabilities are computed once, in place over the logits:
 
 and the gradient of L_MLM with respect to the logits is the textbook one for softmax
 cross-entropy, (p_i - onehot(x_i)) · w_i / sum w, computed from the saved p in backward. The
-sample reads the cumulative sum of the same p, by the inverse CDF, as objectives.sample does.
+sample x̂ is drawn from the same p, exactly as objectives.sample draws it from the logits.
 No gradient flows through the sample (§2: G is trained by maximum likelihood only).
 """
 import torch
@@ -74,9 +74,12 @@ def mlm_output(z, token_embedding, bias, targets, weights, sample=True, generato
     hits = ((argmax.view(B, K) == targets).float() * weights).sum(), weights.sum()
     if not sample:
         return loss, None, hits
+    # BEGIN ANSWER sample  (objectives.sample's method restated; a student copy in which Part 2
+    # is blank calls the student's objectives.sample here instead: make_assignment.py)
     # The inverse CDF of objectives.sample, on the p computed above. cumsum makes a copy: p
     # itself is saved for backward.
     cdf = p.cumsum(dim=-1)
     u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, generator=generator)
     x_hat = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
     return loss, x_hat.clamp_(max=cdf.shape[-1] - 1).view(B, K), hits
+    # END ANSWER sample

@@ -7,7 +7,8 @@ ELECTRA trains two networks, a generator G (generator.py) and a discriminator D
     2. corrupt    x̂_i ~ p_G(x_i | x_masked) for i in m    x_corrupt = REPLACE(x, m, x̂)
     3. learn      min_{θG, θD}  L_MLM(x, θG) + λ L_Disc(x, θD)        with λ = 50
 
-with k = ⌈0.15 n⌉ (15 % of the tokens are masked) and the two losses
+with k = round(0.15 n) for the n real tokens of x (15 % are masked; mask_tokens states the
+exact rule and where it departs from the official code) and the two losses
 
     L_MLM(x, θG)  = E[ sum_{i in m} -log p_G(x_i | x_masked) ]
     L_Disc(x, θD) = E[ sum_{t=1..n} -1(x_corrupt_t = x_t) log D(x_corrupt, t)
@@ -57,15 +58,29 @@ def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
 
 def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
                 random_prob=0.0, n_random=None, generator=None) -> Masked:
-    """Line 1: choose m, k = round(mask_prob * n) of the n real tokens of each sequence, uniformly
-    at random, and build x_masked = REPLACE(x, m, [MASK]).
+    """Line 1: choose m, k distinct positions among the n real tokens of each sequence,
+    uniformly at random, and build x_masked = REPLACE(x, m, [MASK]).
 
-    Special tokens ([CLS], [SEP], padding, listed in special_ids) are never chosen: they carry
-    no word to predict. Of the chosen positions, a share `replace_prob` shows [MASK], a share
-    `random_prob` a random token id below n_random, and the rest keep their token. ELECTRA
-    uses 85 % / 0 % / 15 % (the official code: G must also predict some unmasked tokens, which
-    keeps its predictions sensible where no [MASK] is shown); BERT uses 80 % / 10 % / 10 %."""
+    The rule: n counts the real tokens (special_ids - [CLS], [SEP], padding - are never
+    chosen: they carry no word to predict); k = round(mask_prob * n), rounded to the nearest
+    integer (a tie at .5 may go either way: torch.round and floor(x + 0.5) are both right),
+    then at least 1 and at most n and n_slots; the k positions are a uniformly random k-subset
+    (drawn without replacement), and the first k of the n_slots slots hold them.
+
+    The official code (pretrain_helpers.mask) differs in two details, both kept here on
+    purpose: it counts [CLS] and [SEP] in n (k = 3 instead of 2 for 15 words), and it draws
+    the k positions *with* replacement, so a position can fill two slots - L_MLM then counts
+    that token twice, and fewer than k distinct tokens are masked (at 128 tokens, 19 draws
+    give 17.7 distinct positions on average). Without replacement every sequence has exactly
+    k masked tokens, which is what "15 % of the tokens" says.
+
+    Of the chosen positions, a share `replace_prob` shows [MASK], a share `random_prob` a
+    random token id below n_random, and the rest keep their token. ELECTRA uses 85 % / 0 % /
+    15 % (as the official code); BERT uses 80 % / 10 % / 10 %."""
     # BEGIN ASSIGNMENT mask
+    # Why ELECTRA keeps 15 % of the chosen tokens as they are: G must also predict some tokens
+    # it can see, which keeps its predictions sensible where no [MASK] is shown (the official
+    # code's choice).
     B, T = x.shape
     is_real = torch.ones_like(x, dtype=torch.bool)
     for s in special_ids:
@@ -95,19 +110,18 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
 def sample(logits, generator: torch.Generator = None):
     """x̂_i ~ p_G(x_i | x_masked): one token per slot from softmax(logits), temperature 1.
 
-    We invert the CDF: turn each slot's logits into probabilities, take their running sum (the
-    CDF), draw one u ~ U(0, 1) per slot and return the first token whose CDF exceeds u. Token i
-    is returned exactly when CDF(i-1) <= u < CDF(i), which has probability p_i: an exact sample.
-
-    The official code uses the Gumbel-max trick, argmax(logits + Gumbel noise), also exact. It
-    needs one random number per *vocabulary entry* (B x K x 30522 of them): on a CPU that alone
-    took ~20 % of a small model's training step, against one number per slot here.
-
     Sampling is not differentiable, and §2 trains G by maximum likelihood only ("we don't
     back-propagate the discriminator loss through the generator"), so the logits are detached.
-    Probabilities are float32 so bf16 rounding cannot bias the sample; u is scaled by the CDF's
-    last entry, which float rounding leaves a hair off 1."""
+    Probabilities are float32 so bf16 rounding cannot bias the sample."""
     # BEGIN ASSIGNMENT sample
+    # We invert the CDF: turn each slot's logits into probabilities, take their running sum
+    # (the CDF), draw one u ~ U(0, 1) per slot and return the first token whose CDF exceeds u.
+    # Token i is returned exactly when CDF(i-1) <= u < CDF(i), which has probability p_i: an
+    # exact sample. The official code uses the Gumbel-max trick, argmax(logits + Gumbel
+    # noise), also exact, but it needs one random number per *vocabulary entry* (B x K x 30522
+    # of them): on a CPU that alone took ~20 % of a small model's training step, against one
+    # number per slot here. u is scaled by the CDF's last entry, which float rounding leaves a
+    # hair off 1.
     cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum_(dim=-1)
     u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, generator=generator)
     x_hat = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
@@ -121,11 +135,11 @@ def corrupt(x, masked: Masked, x_hat):
     Every used slot takes the generator's sample (also the 15 % of positions G saw unmasked, as
     in the official code); unused slots write back the original token. A sample that equals the
     original is "real" (§2: "if the generator happens to generate the correct token, that token
-    is considered 'real' instead of 'fake'"), so the labels compare x_corrupt with x rather than
-    asking "was this position in m". Early in training, when G is poor, the two hardly differ;
-    later G is right ~60 % of the time, and labelling those tokens "replaced" would teach D to
-    flag perfectly good text."""
+    is considered 'real' instead of 'fake'"), so the labels compare x_corrupt with x."""
     # BEGIN ASSIGNMENT corrupt
+    # Why not ask "was this position in m": early in training, when G is poor, the two labels
+    # hardly differ; later G is right ~60 % of the time, and labelling those tokens "replaced"
+    # would teach D to flag perfectly good text.
     x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)
     x_corrupt = x.scatter(1, masked.positions, x_hat)
     return x_corrupt, x_corrupt != x

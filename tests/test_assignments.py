@@ -65,9 +65,19 @@ def test_student_copy_fails_exactly_the_blanked_parts(tmp_path, blank):
         assert outcomes and set(outcomes) == {want}, (stem, outcomes)
 
 
+def torch_round_mask():
+    """Part 1 with k = torch.round(0.15 n) - round half to even, where the reference rounds
+    half up: at n = 30, 70, 110 real tokens the two differ by one, and the rule allows both."""
+    body = [l.replace("torch.floor(mask_prob * n + 0.5)", "torch.round(mask_prob * n)")
+            for l in ma.reference_body("mask")]
+    assert body != ma.reference_body("mask")
+    return body
+
+
 def test_filled_parts_pass_with_the_reference_or_another_correct_answer(tmp_path):
     out = tmp_path / "student"
-    ma.make_copy(out, ["disc_loss", "sample", "adam"])
+    ma.make_copy(out, ["disc_loss", "sample", "adam", "mask"])
+    fill(out, "mask", torch_round_mask())                    # the reference: floor(x + 0.5)
     fill(out, "disc_loss", ma.reference_body("disc_loss"))
     fill(out, "sample", [                                    # the Gumbel-max trick, not the CDF
         "u = torch.rand(logits.shape, generator=generator).clamp(1e-12, 1 - 1e-7)",
@@ -78,10 +88,11 @@ def test_filled_parts_pass_with_the_reference_or_another_correct_answer(tmp_path
         "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
         "    p.sub_(lr * (m_ / (v_.sqrt() + eps) + wd * p))"])
     results = run_tests(out, "tests/parts/test_part_disc_loss.py",
-                        "tests/parts/test_part_sample.py", "tests/parts/test_part_adam.py")
+                        "tests/parts/test_part_sample.py", "tests/parts/test_part_adam.py",
+                        "tests/parts/test_part_mask.py")
     assert {k: set(v) for k, v in results.items()} == {
         "test_part_disc_loss": {"passed"}, "test_part_sample": {"passed"},
-        "test_part_adam": {"passed"}}
+        "test_part_adam": {"passed"}, "test_part_mask": {"passed"}}
 
 
 def test_plausible_wrong_answers_fail_their_part(tmp_path):
@@ -108,9 +119,13 @@ def test_plausible_wrong_answers_fail_their_part(tmp_path):
         # a sum over the slots instead of the mean
         "mlm_loss": [l.replace(" / weights.sum().clamp(min=1.0)", "")
                      for l in ma.reference_body("mlm_loss")],
+        # k = ceil(0.15 n), a reading the rule does not allow: one too many for most n
+        "mask": [l.replace("torch.floor(mask_prob * n + 0.5)", "torch.ceil(mask_prob * n)")
+                 for l in ma.reference_body("mask")],
     }
     assert wrong["joint_loss"] != ma.reference_body("joint_loss")
     assert wrong["mlm_loss"] != ma.reference_body("mlm_loss")
+    assert wrong["mask"] != ma.reference_body("mask")
     out = tmp_path / "student"
     ma.make_copy(out, list(wrong))
     for part, body in wrong.items():
@@ -141,3 +156,65 @@ def test_the_committed_assignments_md_is_the_generated_one():
     """ASSIGNMENTS.md in the repository is what make_assignment writes for all parts:
     regenerate it with `python -c "import make_assignment as m; m.write_md()"`."""
     assert (ROOT / "ASSIGNMENTS.md").read_text() == ma.assignments_md([p.name for p in ma.PARTS])
+
+
+# Restatements of a part's answer outside its region that the copy keeps on purpose: ablations.py
+# (needed by every copy: build_model, and Part 10 lives there) wires G, corrupt and D for the
+# two-stage and adversarial ablations the way Part 6 wires them for ELECTRA.
+KEPT = {("joint_loss", "ablations.py")}
+# The answers to the "think about" questions and the method of the reference bodies, as the
+# reference states them: none of it may reach a copy with the part blank.
+ANSWER_PHRASES = {
+    "mask": ["keeps its predictions sensible"],
+    "sample": ["CDF(i-1) <= u < CDF(i)", "log(-torch.log", "searchsorted(cdf"],
+    "corrupt": ["flag perfectly good text", 'labelling those tokens "replaced"'],
+}
+
+
+def key_lines(part):
+    """The reference body's code lines long enough to be its own (not `return out`)."""
+    return [l.strip() for l in ma.reference_body(part)
+            if len(l.strip()) >= 25 and not l.strip().startswith("#")]
+
+
+def test_the_copy_holds_no_blanked_answer_anywhere(tmp_path):
+    out = tmp_path / "student"
+    ma.make_copy(out, [p.name for p in ma.PARTS])
+    texts = {str(f.relative_to(out)): f.read_text() for f in out.rglob("*")
+             if f.suffix in (".py", ".md", ".txt")}
+    assert "objectives.py" in texts and "docs/plateau.md" in texts
+    assert not (out / ma.INSTRUCTOR_NOTES.relative_to(ma.ROOT)).exists()
+    assert not (out / "bench.py").exists()          # its Gumbel sampler and corrupt: LEFT_OUT
+    for part in ma.BY_NAME:
+        assert key_lines(part), part
+        for line in key_lines(part) + ANSWER_PHRASES.get(part, []):
+            hits = [f for f, t in texts.items() if line in t and (part, f) not in KEPT]
+            assert not hits, (part, line, hits)
+    # the reference does hold them, so the check can fail
+    ref = (ma.ROOT / "mlm_output.py").read_text()
+    assert "searchsorted(cdf" in ref and "# BEGIN ANSWER sample" in ref
+    assert all(p in (ma.ROOT / "objectives.py").read_text() for ps in ANSWER_PHRASES.values()
+               for p in ps if "log(-torch" not in p)
+
+
+def test_the_copy_trains_with_the_students_sample(tmp_path):
+    """mlm_output.py's sampler is replaced by a call to objectives.sample: with Part 2 blank the
+    fused path says so; with an answer filled in, it samples through it."""
+    out = tmp_path / "student"
+    ma.make_copy(out, ["sample"])
+    code = (
+        "import torch, mlm_output\n"
+        "z, E = torch.randn(2, 3, 8), torch.randn(11, 8)\n"
+        "t, w = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3)\n"
+        "try:\n"
+        "    mlm_output.mlm_output(z, E, torch.zeros(11), t, w)\n"
+        "except NotImplementedError as e:\n"
+        "    print('blank:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True)
+    assert "blank: Part 2 (sample" in r.stdout, r.stderr
+    fill(out, "sample", ["return logits.detach().argmax(-1) * 0 + 7"])     # a marker answer
+    r = subprocess.run([sys.executable, "-c", code.replace(
+        "    mlm_output.mlm_output(z, E, torch.zeros(11), t, w)",
+        "    print('x_hat', mlm_output.mlm_output(z, E, torch.zeros(11), t, w)[1].tolist())")],
+        cwd=out, capture_output=True, text=True)
+    assert "x_hat [[7, 7, 7], [7, 7, 7]]" in r.stdout, r.stderr
