@@ -28,7 +28,6 @@ necessary work by that count. HF's generator projects *all* 128 positions onto
 the 30k vocabulary (ElectraForMaskedLM has no notion of "only the masked slots"), ours only the
 19 mask slots; that extra work is part of what is compared.
 """
-import argparse
 import ctypes.util
 import gc
 import json
@@ -46,6 +45,7 @@ import torch.nn as nn
 
 from objectives import mask_tokens
 from device import pick_device, pick_precision
+import cli
 from config import SIZES, Config
 from train import make_optimizer, training_step
 from flops import hardware_flops_per_step, peak_flops
@@ -222,22 +222,24 @@ def line(r):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Training throughput: ours, BERT-Small, HF Electra.")
+    p = cli.Parser(description="Training throughput: ours, BERT-Small, HF Electra.")
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
     p.add_argument("--size", choices=sorted(SIZES), default="small")
-    p.add_argument("--batch_size", type=int, default=None, help="default: the size's (128)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per contender")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least 1)")
+    p.add_argument("--batch_size", type=cli.batch_size, default=None,
+                   help=f"default: the size's (128); at most {cli.MAX_BATCH}")
+    p.add_argument("--steps", type=cli.positive_int, default=20, help="timed steps per contender")
+    p.add_argument("--warmup", type=cli.positive_int, default=3,
+                   help="untimed steps first (at least 1)")
     p.add_argument("--which", default="ours,bert,hf", help="comma list of ours, bert, hf")
     p.add_argument("--compile", action="store_true", help="torch.compile ours and bert")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for PyTorch")
-    p.add_argument("--json", metavar="OUT.json", help="also write the results here")
+    p.add_argument("--threads", type=cli.threads, default=None,
+                   help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
+    p.add_argument("--json", type=cli.out_file, metavar="OUT.json",
+                   help="also write the results here (its folder must exist)")
     args = p.parse_args(argv)
     args.which = [w.strip() for w in args.which.split(",") if w.strip()]
     if not args.which or set(args.which) - {"ours", "bert", "hf"}:
         p.error(f"--which {','.join(args.which)}: choose from ours, bert, hf")
-    if args.steps < 1 or args.warmup < 1:
-        p.error("--steps and --warmup must be at least 1")
     return args
 
 

@@ -19,6 +19,9 @@ from pathlib import Path
 # (a segmentation fault inside PyTorch's thread pool), so refuse them here.
 MAX_THREADS = 1024
 MAX_SEED = 2 ** 32 - 1          # the range every seeded generator here accepts (numpy's too)
+# The paper's largest batch is ELECTRA-Large's 2048; 32x that no single run here can hold, and
+# a typo such as 1e9 would otherwise end in an allocation failure deep inside PyTorch.
+MAX_BATCH = 65536
 
 
 class Parser(argparse.ArgumentParser):
@@ -80,6 +83,7 @@ def float_range(lo=None, hi=None, lo_open=True, hi_open=True, accepts=None):
 positive_int = int_range(1)
 non_negative_int = int_range(0)
 threads = int_range(1, MAX_THREADS)
+batch_size = int_range(1, MAX_BATCH)
 seed = int_range(0, MAX_SEED)
 positive_float = float_range(0, accepts="a positive number")
 non_negative_float = float_range(0, lo_open=False, accepts="a number >= 0")

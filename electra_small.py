@@ -88,7 +88,8 @@ def parse_args(argv=None):
     ab.add_argument("--disc_weight", type=cli.non_negative_float, default=None, help="λ (50)")
     ab.add_argument("--mask_prob", type=cli.share, default=None,
                     help="share of tokens masked (Table 6 'Mask percent': 0.15; Large: 0.25)")
-    p.add_argument("--batch_size", type=cli.positive_int, default=None)
+    p.add_argument("--batch_size", type=cli.batch_size, default=None,
+                   help=f"sequences per step (Table 6: 128; at most {cli.MAX_BATCH})")
     p.add_argument("--lr", type=cli.positive_float, default=None,
                    help="peak learning rate (Table 6: 5e-4)")
     p.add_argument("--optimizer", choices=["official", "torch"], default=None,

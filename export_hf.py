@@ -20,13 +20,13 @@ The tokenizer: our byte-level BPE becomes an HF `tokenizers` BPE (see tokenizer_
 Only torch and this project are needed here: config and tokenizer are written as plain JSON;
 `transformers` is needed only to *load* the export (pip install transformers).
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import torch
 
+import cli
 from atomic import atomic_write
 from checkpoint import CheckpointError, load_checkpoint
 from config import Config
@@ -286,10 +286,12 @@ def export(ckpt_path, out, generator=False, safetensors=False, log=print):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Export a pre-training checkpoint's D (and G) in "
-                                "the layout Hugging Face transformers loads.")
-    p.add_argument("--ckpt", required=True, help="pre-training checkpoint (ckpt.pt)")
-    p.add_argument("--out", required=True, help="folder to write (created if needed)")
+    p = cli.Parser(description="Export a pre-training checkpoint's D (and G) in the layout "
+                   "Hugging Face transformers loads.")
+    p.add_argument("--ckpt", type=cli.nonempty, required=True,
+                   help="pre-training checkpoint (ckpt.pt)")
+    p.add_argument("--out", type=cli.out_folder, required=True,
+                   help="folder to write (created if needed)")
     p.add_argument("--generator", action="store_true", help="also write G into OUT/generator")
     p.add_argument("--safetensors", action="store_true",
                    help="also write model.safetensors (needs the safetensors package)")

@@ -16,7 +16,6 @@ projects all positions onto the vocabulary while ours projects the masked slots 
 loss, more work). So curves match in trend and level, not digit for digit. Needs
 `pip install transformers` (optional extra).
 """
-import argparse
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
+import cli
 from config import SIZES, Config, lr_at
 from ablations import build_model
 from batches import PretrainingData
@@ -86,18 +86,16 @@ def run(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Train ours and HF's ELECTRA on the same batches.")
-    p.add_argument("--data", required=True, help="prepared data folder (data.py)")
+    p = cli.Parser(description="Train ours and HF's ELECTRA on the same batches.")
+    p.add_argument("--data", type=cli.nonempty, required=True,
+                   help="prepared data folder (data.py)")
     p.add_argument("--size", choices=sorted(SIZES), default="laptop")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--log_every", type=int, default=25)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
+    p.add_argument("--steps", type=cli.positive_int, default=300)
+    p.add_argument("--log_every", type=cli.positive_int, default=25)
+    p.add_argument("--seed", type=cli.seed, default=0, help=f"0 to {cli.MAX_SEED}")
+    p.add_argument("--threads", type=cli.threads, help=f"1 to {cli.MAX_THREADS}")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     args = p.parse_args(argv)
-    if args.steps <= 0 or args.log_every <= 0:
-        print("error: --steps and --log_every must be positive", file=sys.stderr)
-        return 1
     try:
         run(args)
     except DataError as e:

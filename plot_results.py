@@ -11,7 +11,6 @@ Reproduces, for our own (much smaller) runs, the presentation of the ELECTRA pap
 Usage (results JSONs come from finetune_glue.py, logs are the JSON Lines pre-training logs):
   python plot_results.py --results out/glue_*.json [--logs out/*/log.jsonl] [--out_dir plots/]
 """
-import argparse
 import json
 import os
 import pathlib
@@ -22,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+import cli  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 
 # canonical GLUE order and display names (paper Table 8 column order; WNLI is never used)
@@ -204,17 +204,12 @@ def table1(runs):
                                "seeds) main metric x100, on the dev sets.\n")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv=None):
-    ap = _Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", nargs="*", default=[], help="JSON(s) from finetune_glue.py")
-    ap.add_argument("--logs", nargs="*", default=[], help="pre-training JSON Lines log(s)")
-    ap.add_argument("--out_dir", default="plots")
+    ap = cli.Parser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", nargs="*", type=cli.nonempty, default=[], help="JSON(s) from finetune_glue.py")
+    ap.add_argument("--logs", nargs="*", type=cli.nonempty, default=[], help="pre-training JSON Lines log(s)")
+    ap.add_argument("--out_dir", type=cli.out_folder, default="plots",
+                    help="folder for the figures and table1.md (created if needed)")
     args = ap.parse_args(argv)
     try:  # validate every input before writing anything: no partial outputs on bad input
         if not args.results:

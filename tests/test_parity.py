@@ -26,5 +26,7 @@ def test_ours_and_hf_learn_alike_on_the_same_batches(learnable_data_dir, capsys)
 
 
 def test_bad_steps_is_one_line(capsys):
-    assert parity.main(["--data", "x", "--steps", "0"]) == 1
-    assert capsys.readouterr().err.strip().startswith("error:")
+    with pytest.raises(SystemExit) as e:            # refused as the arguments are parsed
+        parity.main(["--data", "x", "--steps", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: argument --steps")
