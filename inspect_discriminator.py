@@ -16,7 +16,7 @@ paper's probability that x_t is real. Measured with the Table 6 model (random we
 1 on a shared 2-core CPU): the sentence view and figure2 in 5 s, `all` in 97 s (200 held-out
 sequences, 200 sentences x 4 variants, CoLA dev 1043 sentences, SST-2 dev 872 x 2 prompts).
 """
-import argparse
+import contextlib
 import json
 import sys
 import time
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import cli
 from atomic import atomic_write
 from checkpoint import CheckpointError, load_checkpoint
 from config import Config
@@ -299,32 +300,34 @@ def mlm(model, tok, cfg, seqs, k, seed, bert, out):
 
 # ----------------------------------------------------------------------------- command line
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):                              # one line, not usage + line
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv):
-    p = Parser(description="Look inside a trained ELECTRA discriminator.")
+    p = cli.Parser(description="Look inside a trained ELECTRA discriminator.")
     p.add_argument("words", nargs="*", help=f"[{'|'.join(COMMANDS)}] [TEXT] (default: show)")
-    p.add_argument("--ckpt", required=True, help="ELECTRA pre-training checkpoint (ckpt.pt)")
+    p.add_argument("--ckpt", type=cli.nonempty, required=True,
+                   help="ELECTRA pre-training checkpoint (ckpt.pt)")
     p.add_argument("--mask", default="", help="show/figure2: token indices or words, e.g. 2,4")
     p.add_argument("--topk", type=int, help="p_G's best tokens: how many to show (default 5); "
                    "mlm: the candidates Appendix G picks from (default 100, as the paper)")
-    p.add_argument("--bert", help="mlm: a BERT checkpoint trained on the same data, to compare")
+    p.add_argument("--bert", type=cli.nonempty,
+                   help="mlm: a BERT checkpoint trained on the same data, to compare")
     p.add_argument("--color", action="store_true", help="ANSI colours even when not a tty")
-    p.add_argument("--data", help="prepared data folder: its val split is the held-out text")
-    p.add_argument("--text", help="held-out text file (.txt/.txt.xz/.jsonl) instead of --data")
-    p.add_argument("--glue_dir", default=str(SHARED_GLUE) if SHARED_GLUE.is_dir() else None)
+    p.add_argument("--data", type=cli.nonempty,
+                   help="prepared data folder: its val split is the held-out text")
+    p.add_argument("--text", type=cli.nonempty,
+                   help="held-out text file (.txt/.txt.xz/.jsonl) instead of --data")
+    p.add_argument("--glue_dir", type=cli.nonempty,
+                   default=str(SHARED_GLUE) if SHARED_GLUE.is_dir() else None)
     p.add_argument("--n", type=int, default=200, help="held-out sequences for calibration, mlm")
     p.add_argument("--n_sentences", type=int, default=200, help="sentences for scoring")
-    p.add_argument("--bins", type=int, default=10, help="calibration bins")
+    p.add_argument("--bins", type=cli.int_range(1, 1000), default=10,
+                   help="calibration bins (1 to 1000)")
     p.add_argument("--label_words", default="terrible,great", help="SST-2 words for 0,1")
     p.add_argument("--prompt", default="It was {}.", help="SST-2 prompt, {} = the label word")
-    p.add_argument("--out", help="folder for PNGs and JSON (default: CKPT's folder/inspect)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (on a shared CPU: 1)")
+    p.add_argument("--out", type=cli.out_folder,
+                   help="folder for PNGs and JSON (default: CKPT's folder/inspect)")
+    p.add_argument("--seed", type=cli.seed, default=0, help=f"0 to {cli.MAX_SEED}")
+    p.add_argument("--threads", type=cli.threads,
+                   help=f"CPU threads for PyTorch (on a shared CPU: 1; 1 to {cli.MAX_THREADS})")
     return p.parse_intermixed_args(argv)
 
 
@@ -403,11 +406,16 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    out = Path(args.out) if args.out else Path(args.ckpt).parent / "inspect"
+    fresh = not out.exists()
     try:
         run(args)
         return 0
     except (InspectError, CheckpointError, DataError, GlueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        if fresh:               # a folder this run created and left empty: leave nothing behind
+            with contextlib.suppress(OSError):
+                out.rmdir()
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
