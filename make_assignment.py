@@ -22,12 +22,13 @@ leaves out. Code elsewhere that restates a part's answer is marked `# BEGIN ANSW
 `# END ANSWER <part>` and replaced by a call to the student's function (STAND_INS); a tool that
 restates one and that no part needs is left out of the copy (LEFT_OUT).
 """
-import argparse
 import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import cli
 
 ROOT = Path(__file__).resolve().parent
 MARK = re.compile(r"^(\s*)# (BEGIN|END) ASSIGNMENT (\w+)\s*$")
@@ -287,7 +288,7 @@ def make_copy(out, parts):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Write a student copy with parts left to write.")
+    ap = cli.Parser(description="Write a student copy with parts left to write.")
     ap.add_argument("--out", help="a new folder for the student copy")
     ap.add_argument("--parts", default="", help="comma-separated parts (default: all)")
     ap.add_argument("--list", action="store_true", help="list the parts and exit")
