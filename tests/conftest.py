@@ -1,7 +1,12 @@
 """Shared test fixtures: a small prepared corpus and a way to run the command lines.
 
 Real text comes from ../shared/data/corpus when it is there (as on the developers' machines and
-CI); elsewhere a generated corpus with learnable structure stands in, so the suite still runs."""
+CI); elsewhere a generated corpus with learnable structure stands in, so the suite still runs.
+
+A fixture shared by several tests (scope "module" or "session") is read, never changed: a test
+that changes what it is given (monkeypatches a model, writes into a folder) takes a
+function-scoped fixture or a copy, or the next test sees its changes, and in what order tests run
+is the runner's business. The shared folders below check this when the session ends."""
 import lzma
 import os
 import random
@@ -37,6 +42,20 @@ def generated_text(n_sentences, seed=0):
     return "\n\n".join(" ".join(lines[i:i + 5]) for i in range(0, len(lines), 5))
 
 
+def snapshot(path):
+    """{file: (size, modification time)} under path (or of the file path itself)."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.rglob("*"))
+    return {str(f): (f.stat().st_size, f.stat().st_mtime_ns) for f in files}
+
+
+def read_only(path):
+    """Yield path for the session's tests, then fail if one of them changed it."""
+    before = snapshot(path)
+    yield path
+    assert snapshot(path) == before, f"a test changed the shared {path}: give it its own copy"
+
+
 def run_cli(*args, timeout=300, env=None):
     """Run `python <args>` in the project root; returns CompletedProcess (text)."""
     env = dict(env or os.environ, PYTHONUNBUFFERED="1")
@@ -50,7 +69,7 @@ def corpus_file(tmp_path_factory):
     text = real_text(400_000) or generated_text(8000)
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text(text, encoding="utf-8")
-    return path
+    yield from read_only(path)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +79,7 @@ def data_dir(tmp_path_factory, corpus_file):
     out = tmp_path_factory.mktemp("data") / "small"
     docs = data.read_documents(corpus_file)
     data.prepare(docs, out, vocab_size=1000, bpe_mb=1, log=lambda *a, **k: None)
-    return out
+    yield from read_only(out)
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +89,7 @@ def learnable_data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("data") / "learnable"
     docs = generated_text(6000).split("\n\n")
     data.prepare(docs, out, vocab_size=300, bpe_mb=1, log=lambda *a, **k: None)
-    return out
+    yield from read_only(out)
 
 
 @pytest.fixture(scope="module")
