@@ -32,13 +32,36 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
     Parameter groups work as in torch.optim (a per-group "lr" and "weight_decay"), so layer-wise
     learning rates (finetune_glue.py) and "no decay for biases" are just groups. The state uses
-    torch's names (exp_avg, exp_avg_sq, step) so checkpoints look like AdamW's."""
+    torch's names (exp_avg, exp_avg_sq, step) so checkpoints look like AdamW's. A group's "lr"
+    may also be a 0-dim tensor, changed in place between steps: a compiled step (step.py) then
+    reads it as an input instead of baking a number into its graph."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         if not (lr >= 0 and eps >= 0 and 0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid Adam hyperparameters lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        # The moments start at zero and exist from the start, as TF's slot variables: the first
+        # step then runs the same code as every later one, which a compiled step needs (step.py).
+        for p in self.param_groups[-1]["params"]:
+            self._init_state(p)
+
+    def _init_state(self, p):
+        self.state[p] = dict(step=torch.zeros((), dtype=torch.float32, device=p.device),
+                             exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
+                             exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:       # torch leaves "step" on the device it was saved on
+            for p in group["params"]:
+                if self.state[p]:
+                    self.state[p]["step"] = self.state[p]["step"].to(p.device)
+                else:
+                    self._init_state(p)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -52,13 +75,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
                 continue
             (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
             grads = [p.grad for p in params]
-            for p in params:
-                state = self.state[p]
-                if not state:                            # moments start at zero, as in TF
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1                       # kept for inspection; the rule ignores it
+            # One operation per list, not one per parameter (as all of the rule below).
+            torch._foreach_add_([self.state[p]["step"] for p in params], 1)   # for inspection
             m = [self.state[p]["exp_avg"] for p in params]
             v = [self.state[p]["exp_avg_sq"] for p in params]
             # BEGIN ASSIGNMENT adam
@@ -72,7 +90,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
             update = torch._foreach_div(m, update)
             if wd:                                                   # + w θ, decoupled
                 torch._foreach_add_(update, params, alpha=wd)
-            torch._foreach_add_(params, update, alpha=-lr)           # θ ← θ - η · update
+            torch._foreach_mul_(update, lr)                          # θ ← θ - η · update
+            torch._foreach_sub_(params, update)
             # END ASSIGNMENT adam
         return loss
 

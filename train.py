@@ -51,14 +51,22 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
         group["lr"] = lr
     # bf16 autocast where the hardware computes bf16 natively (device.py): several times faster
     # matmuls; the weights, the optimizer and both losses stay in float32.
-    with pick_precision(precision, device)[1]():
+    stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1])
+    opt.zero_grad(set_to_none=True)
+    return stats
+
+
+def update(model, opt, batch, grad_clip, autocast):
+    """Both losses, backward, clipping and Adam on a batch already on the device: the part of
+    training_step that step.py compiles into one graph (--compile)."""
+    with autocast():
         loss, stats = model(**batch)
     loss.backward()
     # Clipping at norm 1 (official code): λ = 50 makes L_Disc's early gradients large.
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
-    opt.zero_grad(set_to_none=True)
-    return stats
+    # the losses in the statistics are for the log: detached, they keep no graph alive
+    return {k: v.detach() if torch.is_tensor(v) else v for k, v in stats.items()}
 
 
 def train(cfg, args, device, data_dir, resume=None, dist=None):
@@ -90,8 +98,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
     # DistributedDataParallel where torchrun started several processes; the model itself else.
     model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
-    if args.compile:
+    # --compile: the whole step as one graph (step.py); with data parallelism the model only,
+    # since DDP's gradient hooks need a backward of their own
+    step = None
+    if args.compile and dist.enabled:
         model = torch.compile(model)
+    elif args.compile:
+        from step import compile_step                     # (step.py imports this file)
+        step = compile_step(raw_model, opt, cfg.grad_clip, device, args.precision)
 
     def progress():
         """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
@@ -162,7 +176,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             # warm-up then linear decay (config.lr_at), over the budget - or over each half of
             # it for two-stage training, which is why the model maps progress first
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
-            stats, model = compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist)
+            stats, step, model = compiled_step(step, model, raw_model, opt, batch, lr, cfg, device,
+                                               args, dist)
             st["step"] += 1
             st["flops"] += flops_per_step
             # The data position moves only once the step is done, so a checkpoint written now
@@ -234,18 +249,22 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 
 # ----------------------------------------------------------------------------- the loop's helpers
 
-def compiled_step(model, raw_model, opt, batch, lr, cfg, device, args, dist):
-    """training_step, falling back to the eager model if torch.compile fails on this setup."""
+def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dist):
+    """One step: the compiled whole step `step` (step.py) if there is one, else training_step;
+    falls back to the eager model if torch.compile fails on this setup. Returns (statistics,
+    step, model), the last two changed by a fallback."""
     try:
-        return training_step(model, opt, batch, lr, cfg, device, args.precision), model
+        if step is not None:
+            return step(batch, lr), step, model
+        return training_step(model, opt, batch, lr, cfg, device, args.precision), step, model
     except Exception as e:
-        if not args.compile or model is raw_model:
+        if not args.compile or (step is None and model is raw_model):
             raise
         print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
               "continuing eagerly", file=sys.stderr)
         opt.zero_grad(set_to_none=True)
         model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
-        return training_step(model, opt, batch, lr, cfg, device, args.precision), model
+        return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
 
 
 def check_finite(bad_step, out):

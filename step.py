@@ -1,0 +1,60 @@
+"""The training step as one compiled graph, for GPUs (machinery; no paper section - read
+train.training_step first: this file runs exactly its lines, compiled).
+
+In eager mode every aten operation of a step is dispatched on its own and, on a GPU, is a kernel
+launch: a few thousand per ELECTRA-Small step (bench.py counts them), at ~5-10 us each. A
+14M-parameter model at batch 128 is bound by that, not by its matrix products.
+torch.compile(fullgraph=True) turns the *whole* step - G, the sample x̂, x_corrupt, D, both
+losses, backward, gradient clipping and Adam - into one graph that Inductor fuses into far fewer
+kernels, and on CUDA, CUDA graphs replay it with one launch (mode "reduce-overhead").
+
+What one graph, compiled once, needs - and where it is arranged:
+- No Python number that changes between steps: the learning rate lives in a 0-dim tensor in every
+  parameter group, filled in place before each step (a float would be a constant of the graph,
+  so every step would compile a new graph).
+- The same code on the first step as on every later one: Adam's moments exist before the first
+  step (optim.py).
+- No host reads (.item(), `if tensor:`): the statistics stay tensors; train.py reads them only
+  when it logs.
+- Backward traced into the graph: torch._dynamo.config.trace_autograd_ops (off by default).
+- Random numbers (dropout, the sample x̂) drawn inside the graph from torch's generator, so every
+  call - and every CUDA-graph replay - draws fresh ones. Inductor draws them with its own kernels
+  seeded from that generator: the same distributions as eager, not the same numbers. With
+  torch._inductor.config.fallback_random = True it draws eager's exact numbers, which
+  tests/test_compiled_step.py uses to compare the two step for step.
+Masking (line 1 of §2) stays outside the graph: it runs on the CPU with each batch's own
+generator (batches.py), so a resumed run draws the same masks, compiled or not.
+"""
+import torch
+from torch.utils._pytree import tree_map
+
+from device import pick_precision
+from train import update
+
+
+def compile_step(model, opt, grad_clip, device, precision="auto", backend="inductor"):
+    """train.training_step compiled whole: returns step(batch, lr) -> statistics, taking and
+    returning what training_step(model, opt, batch, lr, ...) does. The compilation itself
+    happens on the first call, so errors (an unsupported setup) surface there. `backend`
+    "aot_eager" traces the same graph without generating code (quick: the tests use it)."""
+    torch._dynamo.config.trace_autograd_ops = True         # backward inside the graph
+    for group in opt.param_groups:
+        group["lr"] = torch.tensor(float(group["lr"]), device=device)
+    autocast = pick_precision(precision, device)[1]
+    # CUDA graphs replay the compiled step with one launch. They keep their outputs in buffers
+    # that the next replay overwrites, hence the copies of the (few, scalar) statistics below.
+    cuda_graphs = device.type == "cuda"
+
+    def whole_step(batch):
+        return update(model, opt, batch, grad_clip, autocast)
+    compiled = torch.compile(whole_step, fullgraph=True, backend=backend,
+                             mode="reduce-overhead" if cuda_graphs else None)
+
+    def step(batch, lr):
+        batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
+        for group in opt.param_groups:
+            group["lr"].fill_(lr)                           # in place: the graph's input
+        stats = compiled(batch)
+        opt.zero_grad(set_to_none=True)                     # attribute writes only: no graph
+        return tree_map(torch.clone, stats) if cuda_graphs else stats
+    return step
