@@ -12,7 +12,6 @@ Command line (prepare a corpus once):
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
 writes data/wiki00/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
 """
-import argparse
 import gzip
 import io
 import json
@@ -30,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import cli
 from tokenizer import Tokenizer, train_bpe
 
 # Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them (tests use it).
@@ -684,36 +684,35 @@ def prepare_demo(log=print):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
+    p = cli.Parser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", nargs="+",
+    src.add_argument("--corpus", nargs="+", type=cli.nonempty,
                      help=".txt, .txt.xz, .txt.gz, .jsonl files or folders of them")
-    src.add_argument("--hf", metavar="DATASET",
+    src.add_argument("--hf", metavar="DATASET", type=cli.nonempty,
                      help="a Hugging Face dataset (needs `pip install datasets`): a hub name such "
                           "as openwebtext or wikimedia/wikipedia, a save_to_disk folder, or "
                           ".parquet / .jsonl files")
-    p.add_argument("--hf_config", default=None, help="the dataset's configuration (Wikipedia: "
-                   "20231101.en)")
-    p.add_argument("--hf_split", default="train", help="the dataset's split (default: train)")
-    p.add_argument("--text_field", default="text", help="the column that holds the text")
+    p.add_argument("--hf_config", type=cli.nonempty, default=None,
+                   help="the dataset's configuration (Wikipedia: 20231101.en)")
+    p.add_argument("--hf_split", type=cli.nonempty, default="train",
+                   help="the dataset's split (default: train)")
+    p.add_argument("--text_field", type=cli.nonempty, default="text",
+                   help="the column that holds the text")
     p.add_argument("--name", required=True, help="output folder name under data/")
-    p.add_argument("--out_root", default=str(DATA_ROOT), help="where data/NAME goes")
-    p.add_argument("--vocab_size", type=int, default=30522, help="BPE ranks + 4 special tokens")
-    p.add_argument("--bpe_mb", type=float, default=20, help="MB of text the BPE is trained on")
-    p.add_argument("--max_tokens", type=int, default=None,
+    p.add_argument("--out_root", type=cli.out_folder, default=str(DATA_ROOT),
+                   help="where data/NAME goes")
+    p.add_argument("--vocab_size", type=cli.int_range(261, 65536), default=30522,
+                   help="BPE ranks + 4 special tokens: 261 to 65536 (the ids are uint16)")
+    p.add_argument("--bpe_mb", type=cli.positive_float, default=20,
+                   help="MB of text the BPE is trained on")
+    p.add_argument("--max_tokens", type=cli.positive_int, default=None,
                    help="stop after the document that reaches this many tokens")
-    p.add_argument("--workers", "--threads", type=int, default=None,
-                   help="tokenizer processes (default: every core)")
+    p.add_argument("--workers", "--threads", type=cli.threads, default=None,
+                   help=f"tokenizer processes (default: every core; at most {cli.MAX_THREADS})")
     args = p.parse_args(argv)
     try:
         if not re.fullmatch(r"[\w.-]+", args.name):
             raise DataError(f"--name {args.name!r}: use letters, digits, '.', '_' or '-'")
-        if not 260 < args.vocab_size <= 65536:
-            raise DataError(f"--vocab_size {args.vocab_size}: must be in 261..65536 (uint16 ids)")
-        if args.max_tokens is not None and args.max_tokens <= 0:
-            raise DataError(f"--max_tokens {args.max_tokens}: must be a positive number of tokens")
-        if args.workers is not None and args.workers <= 0:
-            raise DataError(f"--workers {args.workers}: must be at least 1")
         out = Path(args.out_root) / args.name
         check_out_dir(out)              # before a download starts, not after
         if args.hf:
