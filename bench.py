@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 
 from objectives import mask_tokens
-from device import pick_device, pick_precision
+from device import DeviceError, pick_device, pick_precision
 import cli
 from config import SIZES, Config
 from train import make_optimizer, training_step
@@ -240,6 +240,10 @@ def parse_args(argv=None):
     args.which = [w.strip() for w in args.which.split(",") if w.strip()]
     if not args.which or set(args.which) - {"ours", "bert", "hf"}:
         p.error(f"--which {','.join(args.which)}: choose from ours, bert, hf")
+    try:                                # a GPU that is not there: one line now, not a traceback
+        pick_device(args.device)
+    except DeviceError as e:
+        p.error(str(e))
     return args
 
 
