@@ -1,4 +1,5 @@
 """parity.py: ours and Hugging Face's ELECTRA on the same batches learn alike (tiny size)."""
+import argparse
 import math
 
 import pytest
@@ -9,7 +10,7 @@ import parity  # noqa: E402
 
 
 def test_ours_and_hf_learn_alike_on_the_same_batches(learnable_data_dir, capsys):
-    rows = parity.run(parity.main.__globals__["argparse"].Namespace(
+    rows = parity.run(argparse.Namespace(
         data=str(learnable_data_dir), size="tiny", steps=60, log_every=20, seed=0, threads=1,
         precision="fp32"))
     assert [step for step, _ in rows] == [20, 40, 60]
