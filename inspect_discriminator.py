@@ -277,6 +277,11 @@ def mlm_sentence(model, tok, cfg, text, mask_items, k, bert=None, rows=10):
             shown(w) if j != t else "[MASK]" for j, w in enumerate(toks)) + "\n" + head)
         for r in range(n):
             print(f"{r + 1:>3} {g_col[r]}   {e_col[r]:<34}" + (f" {b_col[r]}" if b_col else ""))
+        hit = (cand[0] == x[t]).nonzero().flatten().tolist()
+        print(f"    the masked token {shown(toks[t])!r}: " + (
+            f"rank {hit[0] + 1} of p_G, rank {int((order == hit[0]).nonzero()[0]) + 1} by "
+            f"Appendix G (D {float(d_real[0, hit[0]]):.2f})" if hit else
+            f"not in G's top-{k}, so Appendix G cannot pick it"))
         res.append(dict(position=t - 1, token=toks[t], g=pieces(tok, cand[0, :n]),
                         electra=pieces(tok, cand[0, order[:n]])))
     return res
@@ -285,13 +290,16 @@ def mlm_sentence(model, tok, cfg, text, mask_items, k, bert=None, rows=10):
 def mlm(model, tok, cfg, seqs, k, seed, bert, out):
     """The accuracies of G, ELECTRA (Appendix G) and BERT at one masked token per sequence."""
     r = mlm_accuracy(model, tok, seqs, k, seed, bert, cfg.mask_prob)
-    print(f"masked LM on {r['n']} held-out sequences, one real token masked in each (seed {seed})"
-          f"\n  (a) G alone, argmax p_G               {100 * r['g_acc']:5.1f} %"
-          f"\n  (b) ELECTRA, Appendix G over G's top-{k:<3} {100 * r['electra_acc']:5.1f} %"
-          f"   (G's answer fixed {r['fixed']}, broken {r['broken']})"
-          f"\n  (c) true token in G's top-{k:<3} (bound)  {100 * r['upper_acc']:5.1f} %" +
-          (f"\n  (d) BERT, argmax                      {100 * r['bert_acc']:5.1f} %"
-           if bert is not None else ""))
+    rows = [("(a) G alone, argmax p_G", r["g_acc"], ""),
+            (f"(b) ELECTRA, Appendix G over G's top-{k}", r["electra_acc"],
+             f"  (G's answer fixed {r['fixed']} times, broken {r['broken']})"),
+            (f"(c) true token in G's top-{k} (bound for b)", r["upper_acc"], "")]
+    if bert is not None:
+        rows.append(("(d) BERT, argmax p(x | c)", r["bert_acc"], ""))
+    w = max(len(row[0]) for row in rows)
+    print(f"masked LM on {r['n']} held-out sequences, one real token masked in each (seed "
+          f"{seed}): top-1 accuracy\n" + "\n".join(f"  {name:<{w}} {100 * acc:5.1f} %{note}"
+                                                 for name, acc, note in rows))
     path = out / "mlm.json"
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(r, indent=1)))
     print(f"wrote {path}")

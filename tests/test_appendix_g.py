@@ -170,7 +170,9 @@ def test_mlm_prints_the_accuracies_and_the_sentence_view(ckpts, learnable_data_d
     out = capsys.readouterr().out
     assert "[MASK]" in out and "Appendix G" in out and "BERT" in out
     heads = [l for l in out.splitlines() if "masked in:" in l]     # one per token of "ball"
-    assert heads and len([l for l in out.splitlines() if "(D " in l]) == 5 * len(heads)
+    rows = [l for l in out.splitlines() if l[:3].strip().isdigit() and "(D " in l]
+    assert heads and len(rows) == 5 * len(heads)
+    assert out.count("the masked token") == len(heads)
 
 
 def test_mlm_bad_input_is_one_line(ckpts, tok, learnable_data_dir, tmp_path, capsys):
