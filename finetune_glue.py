@@ -290,7 +290,12 @@ def parse_args(argv=None):
                         "stated: top block 0.8 lr (layerwise_param_groups explains)")
     p.add_argument("--threads", type=cli.threads,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:                                # a GPU that is not there: say so before reading GLUE
+        pick_device(args.device)
+    except DeviceError as e:
+        p.error(str(e))
+    return args
 
 
 def main(argv=None):
