@@ -260,6 +260,7 @@ def test_cli_errors_one_line(tiny_ckpt, tmp_path, capsys):
     bad.write_text(bad.read_text() + "9\tonly\tthree\n")
     assert_clean_failure(*run_main([*common, "--tasks", "rte"], capsys), res,
                          f"{bad}:5:", "columns")
+    assert not res.parent.exists()        # refused after --out was checked: no folder made
     junk = tmp_path / "junk.pt"
     junk.write_bytes(os.urandom(2000))
     assert_clean_failure(*run_main(["--ckpt", str(junk), *common[2:]], capsys), res, "junk.pt")
