@@ -10,7 +10,10 @@ The second half - examples, batches and dynamic masking during training - is bat
 
 Command line (prepare a corpus once):
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
-writes data/wiki00/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
+    python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki    # pip install datasets
+writes data/NAME/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
+Documents are tokenized by one process per core (--workers), a chunk at a time, and written as
+they come back, so a corpus of any size streams through in memory of a few MB per worker.
 """
 import gzip
 import io
@@ -377,7 +380,7 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
     except OSError as e:                # --out_root is a file, or read-only
         raise DataError(f"{out_dir}: cannot create it ({e.strerror or e}): choose another "
                         "--out_root") from None
-    workers = workers or default_workers()
+    workers, pool = workers or default_workers(), None
     try:
         docs = iter(documents)
         sample, size = [], 0
@@ -388,6 +391,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                 break
         if not sample:
             raise DataError("the corpus holds no text")
+        # more than a chunk of text: worker processes pay off (they start while the BPE trains)
+        pool = start_workers(workers) if workers > 1 and size > CHUNK_CHARS else None
         t0 = time.time()
         log(f"training a {vocab_size}-token byte-level BPE on {size / 1e6:.1f} MB of text ...")
         tok = Tokenizer(train_bpe(sample, vocab_size - 4))
@@ -403,8 +408,10 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
         sent_files = {s: open(tmp / f"{s}.sent.bin", "wb") for s in counts}
         n_docs, n_sents = 0, 0
         progress = Progress(log, live, fraction, max_tokens)
-        log(f"tokenizing with {workers} worker process{'es' * (workers > 1)} ...")
-        chunks = tokenized_chunks(_chunks(_chain(sample, docs)), tok, workers)
+        log(f"tokenizing with {workers if pool else 1} worker process"
+            f"{'es' * bool(pool)} ...")
+        chunks = tokenized_chunks(_chunks(_chain(sample, docs)), tok, pool, workers,
+                                  tmp / "tokenizer.tiktoken")
         try:
             for ids, lens, doc_tokens, doc_entries, n_bytes in chunks:
                 if max_tokens:                  # stop after the document that reaches it
@@ -426,7 +433,7 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                 if max_tokens and sum(counts.values()) >= max_tokens:
                     break
         finally:
-            chunks.close()                  # stops the worker processes
+            chunks.close()
         progress.done()
         for f in (*files.values(), *sent_files.values()):
             f.close()
@@ -448,6 +455,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
         shutil.rmtree(old, ignore_errors=True)
         return meta
     finally:
+        if pool is not None:            # the workers finish their chunk (Ctrl-C) and stop
+            pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -519,47 +528,50 @@ def default_workers():
         return os.cpu_count() or 1
 
 
-_worker_tok = None                      # the tokenizer inside a worker process
+def start_workers(workers):
+    """A pool of `workers` processes, started at once so that they start up (import numpy and
+    tiktoken) while the BPE trains. "spawn" starts them the same way on every system and never
+    copies a parent that has touched a GPU; a script of your own that calls prepare() therefore
+    needs the `if __name__ == "__main__":` guard."""
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_ctrl_c)
+    for _ in range(workers):            # processes start on demand: one per waiting task
+        pool.submit(int)
+    return pool
 
 
-def _start_worker(ranks):
-    global _worker_tok
+def _ignore_ctrl_c():
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the main process's to handle
-    _worker_tok = Tokenizer(ranks)
 
 
-def _tokenize_in_worker(docs):
-    return tokenize_documents(_worker_tok, docs)
+_worker_tok = {}                        # tokenizer file -> Tokenizer, inside a worker process
 
 
-def tokenized_chunks(chunks, tok, workers):
+def _tokenize_in_worker(tok_file, docs):
+    if tok_file not in _worker_tok:
+        _worker_tok[tok_file] = Tokenizer.load(tok_file)
+    return tokenize_documents(_worker_tok[tok_file], docs)
+
+
+def tokenized_chunks(chunks, tok, pool=None, workers=1, tok_file=None):
     """tokenize_documents over `chunks` (lists of documents), results in the input's order.
 
-    With several workers each chunk goes to a process of its own: tokenizing and sentence
-    splitting both run in parallel, which tiktoken's own threads would not give (the splitting
-    is Python, held to one core by the GIL). At most two chunks per worker are in flight, so
-    however fast the corpus is read it is never held in memory. "spawn" starts the processes
-    the same way on every system, and never copies a parent that has touched a GPU (a script
-    of your own that calls prepare() therefore needs the `if __name__ == "__main__":` guard).
-    A corpus of one chunk is tokenized here: starting processes would cost more."""
-    chunks = iter(chunks)
-    head = [c for c in (next(chunks, None), next(chunks, None)) if c is not None]
-    if workers <= 1 or len(head) < 2:
-        for docs in _chain(head, chunks):
+    With a pool (start_workers) each chunk goes to a process of its own, which loads the
+    tokenizer from tok_file once: tokenizing and sentence splitting both run in parallel,
+    which tiktoken's own threads would not give (the splitting is Python, held to one core by
+    the GIL). At most two chunks per worker are in flight, so however fast the corpus is read
+    it is never held in memory. Without a pool, everything runs here."""
+    if pool is None:
+        for docs in chunks:
             yield tokenize_documents(tok, docs)
         return
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(tok.ranks,))
-    try:
-        pending = deque()
-        for docs in _chain(head, chunks):
-            pending.append(pool.submit(_tokenize_in_worker, docs))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
+    pending = deque()
+    for docs in chunks:
+        pending.append(pool.submit(_tokenize_in_worker, str(tok_file), docs))
+        if len(pending) >= 2 * workers:
             yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    while pending:
+        yield pending.popleft().result()
 
 
 CHUNK_CHARS = 1 << 20
