@@ -391,8 +391,10 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                 break
         if not sample:
             raise DataError("the corpus holds no text")
-        # more than a chunk of text: worker processes pay off (they start while the BPE trains)
-        pool = start_workers(workers) if workers > 1 and size > CHUNK_CHARS else None
+        # More than a chunk of text (or more to come after the sample): worker processes pay
+        # off, and they start up while the BPE trains.
+        more = size > CHUNK_CHARS or size >= bpe_mb * 1_000_000
+        pool = start_workers(workers) if workers > 1 and more else None
         t0 = time.time()
         log(f"training a {vocab_size}-token byte-level BPE on {size / 1e6:.1f} MB of text ...")
         tok = Tokenizer(train_bpe(sample, vocab_size - 4))
