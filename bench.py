@@ -28,6 +28,7 @@ necessary work by that count. HF's generator projects *all* 128 positions onto
 the 30k vocabulary (ElectraForMaskedLM has no notion of "only the masked slots"), ours only the
 19 mask slots; that extra work is part of what is compared.
 """
+import contextlib
 import ctypes.util
 import gc
 import json
@@ -36,18 +37,21 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")           # HF builds from a config; never download
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from objectives import mask_tokens
 from device import DeviceError, pick_device, pick_precision
 import cli
 from config import SIZES, Config
 from train import make_optimizer, training_step
+from step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
 
@@ -161,34 +165,120 @@ def measure_step_memory(device, step):
     return (None, "n/a") if before is None else (_vm_bytes("VmHWM") - before, "peak RSS growth")
 
 
+# ----------------------------------------------------------------------------- a step's costs
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched while active (after autograd, so backward's count
+    too). In eager mode each is a separate call into PyTorch and, on a GPU, most are a kernel
+    launch of ~5-10 us: at a few thousand per step that, not the matmuls, bounds a small model."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def saved_bytes(model):
+    """Yields an object whose .total is, on exit, the bytes of the tensors autograd saved for
+    backward while active: the activations a step holds between its forward and its backward -
+    on a GPU, the memory it needs besides weights, gradients and Adam's state. Each storage
+    counts once (a tensor saved by several operations, or a view of one, is held once); the
+    model's weights do not count."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held, out = {}, SimpleNamespace(total=0)
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            held[storage.data_ptr()] = storage.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield out
+    out.total = sum(held.values())
+
+
+def compile_counters():
+    """(graphs compiled, graph breaks) so far in this process, from Dynamo's own counters."""
+    counters = torch._dynamo.utils.counters
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def check_compiled_step(cfg, device, precision, steps=3):
+    """Without --compile: ours' whole step (step.py) for `steps` steps through Dynamo and
+    AOTAutograd with backend aot_eager - the graphs Inductor would compile, run op by op, so no
+    code is generated and it takes seconds. At batch <= 8: the graphs do not depend on it."""
+    small = replace(cfg, batch_size=min(cfg.batch_size, 8))
+    c = Contender("ours", small, make_batches(small, n=steps)["electra"], device, False,
+                  precision)
+    c.compiled, c.mode = compile_step(c.model, c.opt, cfg.grad_clip, device, precision,
+                                      backend="aot_eager", fullgraph=False), "compiled"
+    for _ in range(steps):
+        c.step()
+    return c
+
+
 class Contender:
     """One model + optimizer + its batches, stepped by training_step exactly as training does."""
 
-    def __init__(self, name, cfg, batches, device, compile_):
+    def __init__(self, name, cfg, batches, device, compile_, precision="auto"):
         self.name, self.cfg, self.batches, self.device = name, cfg, batches, device
+        self.precision = precision
         torch.manual_seed(0)
         self.model = (HFElectra(cfg) if name == "hf" else build_model(cfg)).to(device)
         self.opt = make_optimizer(self.model, cfg, device)
-        self.stepper, self.mode = self.model, "eager"
+        self.compiled, self.mode = None, "eager"
         if compile_ and name != "hf":                    # HF runs eager, as its users do
-            self.stepper, self.mode = torch.compile(self.model), "compiled"
+            # the whole step as training's --compile runs it (step.py), except that a graph
+            # break splits the step instead of failing it, so that graph_counts can count it
+            self.compiled = compile_step(self.model, self.opt, cfg.grad_clip, device, precision,
+                                         fullgraph=False)
+            self.mode = "compiled"
         self.attention = self.model.attn if name == "hf" else "sdpa"
         self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
+        self.graphs, self.breaks = [], 0    # per compiled step: graphs compiled; graph breaks
+
+    def next_batch(self):
+        """The next batch, and a learning rate that changes every step as training's schedule
+        does (a compiled step must not compile again for it)."""
+        self.i += 1
+        return self.batches[(self.i - 1) % len(self.batches)], self.cfg.lr * self.i / (self.i + 1)
 
     def step(self):
-        b = self.batches[self.i % len(self.batches)]
-        self.i += 1
+        b, lr = self.next_batch()
+        if self.compiled is None:
+            self.stats = training_step(self.model, self.opt, b, lr, self.cfg, self.device,
+                                       self.precision)
+            return
         try:
-            self.stats = training_step(self.stepper, self.opt, b, self.cfg.lr, self.cfg,
-                                       self.device)
+            graphs, breaks = compile_counters()
+            self.stats = self.compiled(b, lr)
+            self.graphs.append(compile_counters()[0] - graphs)
+            self.breaks += compile_counters()[1] - breaks
         except Exception as e:                       # compile errors surface on the first call
-            if self.mode != "compiled":
-                raise
             print(f"{self.name}: torch.compile failed, falling back to eager: {type(e).__name__}: "
                   + (str(e).strip().splitlines() or [""])[0], flush=True)
             self.opt.zero_grad(set_to_none=True)
-            self.stepper, self.mode = self.model, "eager (compile failed)"
-            self.stats = training_step(self.model, self.opt, b, self.cfg.lr, self.cfg, self.device)
+            self.compiled, self.mode = None, "eager (compile failed)"
+            self.stats = training_step(self.model, self.opt, b, lr, self.cfg, self.device,
+                                       self.precision)
+
+    def eager_costs(self):
+        """One more eager step, measured: (aten operations dispatched, bytes saved for
+        backward). See OpCounter and saved_bytes."""
+        b, lr = self.next_batch()
+        with OpCounter() as ops, saved_bytes(self.model) as saved:
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        return ops.n, saved.total
+
+    def compile_counts(self):
+        """Graphs compiled at the first compiled step, graph breaks, graphs compiled again at
+        later steps (recompiles), and the number of compiled steps."""
+        g = self.graphs
+        return dict(graphs=g[0], breaks=self.breaks, recompiles=sum(g[1:]), steps=len(g))
 
     def timed_step(self):
         sync(self.device)
@@ -209,6 +299,7 @@ class Contender:
                     ms_per_step=1000 * dt, step_times_s=self.times, flops_per_step=flops,
                     mfu=flops / dt / peak if peak else None, state_bytes=state,
                     step_mem_bytes=self.mem, mem_kind=self.mem_kind,
+                    eager_ops=self.ops, activation_bytes=self.saved,
                     last_mlm_loss=self.stats["mlm_loss"].item())
 
 
@@ -231,7 +322,10 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=cli.positive_int, default=3,
                    help="untimed steps first (at least 1)")
     p.add_argument("--which", default="ours,bert,hf", help="comma list of ours, bert, hf")
-    p.add_argument("--compile", action="store_true", help="torch.compile ours and bert")
+    p.add_argument("--compile", action="store_true",
+                   help="ours and bert run their whole step compiled (step.py)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                   help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--json", type=cli.out_file, metavar="OUT.json",
@@ -268,7 +362,7 @@ def main(argv=None):
              torch=torch.__version__, transformers=hf_version, size=args.size,
              batch_size=cfg.batch_size, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size,
              steps=args.steps, warmup=args.warmup, compile=args.compile, peak_flops=peak,
-             peak_note=peak_note, precision=pick_precision("auto", device)[0], load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
+             peak_note=peak_note, precision=pick_precision(args.precision, device)[0], load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
     # the load average shows other jobs on the machine: they slow every contender alike
     print(f"{h['device']} | torch {h['torch']} | transformers {hf_version or 'not installed'} | "
           f"{args.size}: batch {cfg.batch_size} x seq {cfg.seq_len}, vocab {cfg.vocab_size} | "
@@ -278,12 +372,14 @@ def main(argv=None):
           flush=True)
     batches = make_batches(cfg)
     runs = [Contender(n, replace(cfg, model="bert") if n == "bert" else cfg,
-                      batches["bert" if n == "bert" else "electra"], device, args.compile)
+                      batches["bert" if n == "bert" else "electra"], device, args.compile,
+                      args.precision)
             for n in args.which]
     for c in runs:                       # warm-up; the last warm-up step also measures memory
         for _ in range(args.warmup - 1):
             c.step()
         c.mem, c.mem_kind = measure_step_memory(device, c.step)
+        c.ops, c.saved = c.eager_costs()             # one more, untimed, eager step
     for r in range(args.steps):          # round r: one step each, the order rotating
         for c in runs[r % len(runs):] + runs[:r % len(runs)]:
             c.timed_step()
@@ -297,9 +393,34 @@ def main(argv=None):
               for a in ("ours", "bert") if a in t and "hf" in t}
     for k, v in ratios.items():
         print(f"{k.split()[0].replace('/', ' / ')} tokens/s: {v:.2f}x (median over rounds)")
+    # A step's costs, side by side (tools read these three lines: keep their words).
+    by = {r["name"]: r for r in results}
+    side = lambda f: ", ".join(f"{n} {f(by[n]) if n in by else 'n/a'}"
+                               for n in ("ours", "bert", "hf"))
+    mib = lambda r: f"{r['activation_bytes'] / 2 ** 20:.0f} MiB"
+    print(f"eager ops per step: {side(lambda r: r['eager_ops'])}")
+    print(f"activation memory at batch {cfg.batch_size}: {side(mib)}")
+    compiled = None
+    if "ours" in by:
+        ours = next(c for c in runs if c.name == "ours")
+        if ours.mode == "compiled":
+            compiled = dict(ours.compile_counts(), backend="inductor")
+        elif not args.compile:
+            compiled = dict(check_compiled_step(cfg, device, args.precision).compile_counts(),
+                            backend="aot_eager")
+    if compiled and compiled["steps"]:
+        print(f"compiled step: {compiled['graphs']} graph(s), {compiled['breaks']} graph "
+              f"break(s), {compiled['recompiles']} recompile(s) over {compiled['steps']} steps")
+        print(f"  (backend {compiled['backend']}" + (": Dynamo and AOTAutograd only, the graphs "
+              "Inductor would compile; --compile times the real thing)"
+              if compiled["backend"] == "aot_eager" else ")"))
+    else:
+        print("compiled step: not measured (" + ("ours did not run" if "ours" not in by else
+                                                   "torch.compile failed") + ")")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(header=h, results=results, ratios=ratios), f, indent=1)
+            json.dump(dict(header=h, results=results, ratios=ratios, compiled_step=compiled),
+                      f, indent=1)
     return 0
 
 

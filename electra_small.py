@@ -103,7 +103,11 @@ def parse_args(argv=None):
                    help="also checkpoint every N steps (0: off)")
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (GPU speed)")
+    p.add_argument("--compile", action="store_true",
+                   help="the whole step as one compiled graph (step.py): GPU speed")
+    p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
+                   help="torch.profiler over N steps (after 2 to warm up): out_dir/"
+                        "profile_trace.json and the top operations by self time")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                    help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
     p.add_argument("--plain_mlm", action="store_true",

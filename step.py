@@ -32,28 +32,30 @@ from device import pick_precision
 from train import update
 
 
-def compile_step(model, opt, grad_clip, device, precision="auto", backend="inductor"):
+def compile_step(model, opt, grad_clip, device, precision="auto", backend="inductor",
+                 fullgraph=True):
     """train.training_step compiled whole: returns step(batch, lr) -> statistics, taking and
     returning what training_step(model, opt, batch, lr, ...) does. The compilation itself
     happens on the first call, so errors (an unsupported setup) surface there. `backend`
-    "aot_eager" traces the same graph without generating code (quick: the tests use it)."""
+    "aot_eager" traces the same graph without generating code (quick: the tests use it);
+    fullgraph=False lets a graph break split the step instead of failing (bench.py counts)."""
     torch._dynamo.config.trace_autograd_ops = True         # backward inside the graph
-    for group in opt.param_groups:
-        group["lr"] = torch.tensor(float(group["lr"]), device=device)
+    lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
     autocast = pick_precision(precision, device)[1]
     # CUDA graphs replay the compiled step with one launch. They keep their outputs in buffers
     # that the next replay overwrites, hence the copies of the (few, scalar) statistics below.
-    cuda_graphs = device.type == "cuda"
+    cuda_graphs = device.type == "cuda" and backend == "inductor"
 
     def whole_step(batch):
         return update(model, opt, batch, grad_clip, autocast)
-    compiled = torch.compile(whole_step, fullgraph=True, backend=backend,
+    compiled = torch.compile(whole_step, fullgraph=fullgraph, backend=backend,
                              mode="reduce-overhead" if cuda_graphs else None)
 
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
-        for group in opt.param_groups:
-            group["lr"].fill_(lr)                           # in place: the graph's input
+        for group, lr_tensor in zip(opt.param_groups, lrs):
+            lr_tensor.fill_(lr)                             # in place: the graph's input
+            group["lr"] = lr_tensor         # (again: an eager step may have put a float there)
         stats = compiled(batch)
         opt.zero_grad(set_to_none=True)                     # attribute writes only: no graph
         return tree_map(torch.clone, stats) if cuda_graphs else stats

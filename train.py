@@ -155,6 +155,9 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     log_file = open(out / "log.jsonl", "a") if main else None
     # On a CPU the batch is made in line: a second thread would only take cores from the step.
     fetch = Prefetcher(make_batch) if device.type == "cuda" else make_batch
+    # --profile N: torch.profiler records N steps, after two to warm up (compilation, allocator)
+    prof = start_profile(args.profile, out, device) if getattr(args, "profile", None) and main \
+        else None
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
@@ -178,6 +181,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
             stats, step, model = compiled_step(step, model, raw_model, opt, batch, lr, cfg, device,
                                                args, dist)
+            if prof:
+                prof.step()
             st["step"] += 1
             st["flops"] += flops_per_step
             # The data position moves only once the step is done, so a checkpoint written now
@@ -234,6 +239,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                   "--resume", file=sys.stderr)
         return 130
     finally:
+        if prof:
+            prof.stop()                                   # (writes the trace if still recording)
         if log_file:
             log_file.close()
         if isinstance(fetch, Prefetcher):
@@ -265,6 +272,27 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dis
         opt.zero_grad(set_to_none=True)
         model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
         return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
+
+
+def start_profile(n, out, device):
+    """A started torch.profiler for --profile N: call .step() after every training step. After
+    2 + N steps it writes out/profile_trace.json (chrome://tracing or ui.perfetto.dev) and prints
+    the operations that took the most time themselves - on the GPU where there is one."""
+    gpu = device.type == "cuda"
+
+    def report(prof):
+        path = out / "profile_trace.json"
+        prof.export_chrome_trace(str(path))
+        key = "self_device_time_total" if gpu else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=20))
+        print(f"profile of {n} steps written to {path}", flush=True)
+    activities = [torch.profiler.ProfilerActivity.CPU] + \
+        ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+    prof = torch.profiler.profile(activities=activities, on_trace_ready=report,
+                                  schedule=torch.profiler.schedule(wait=1, warmup=1, active=n,
+                                                                   repeat=1))
+    prof.start()
+    return prof
 
 
 def check_finite(bad_step, out):

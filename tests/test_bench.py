@@ -2,6 +2,7 @@
 No test asserts a speed: timings depend on the machine; these check what is being timed."""
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,8 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
     out = tmp_path / "bench.json"
     # one thread: on a busy 2-core machine OpenMP barriers can stall for seconds
     r = run_cli("bench.py", "--size", "tiny", "--steps", "2", "--warmup", "1",
-                "--which", "ours,bert", "--threads", "1", "--json", out, timeout=120)
+                "--which", "ours,bert", "--threads", "1", "--precision", "fp32", "--json", out,
+                timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     h = res["header"]
@@ -39,6 +41,34 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
     assert "CPU, 1 threads" in lines[0] and "torch" in lines[0]
     assert any(l.startswith("ours ") and "tok/s" in l for l in lines)
     assert any(l.startswith("bert ") and "MFU" in l for l in lines)
+    # A step's costs, side by side, in the words tools read (no hf here: "n/a")
+    ops = re.search(r"^eager ops per step: ours (\d+), bert (\d+), hf n/a$", r.stdout, re.M)
+    assert ops and (int(ops[1]), int(ops[2])) == (ours["eager_ops"], bert["eager_ops"])
+    # BERT is ELECTRA's D without G: fewer operations. ~1,000 for ours at this size (two blocks
+    # each for G and D); the bound catches a per-parameter loop creeping back into a step.
+    assert bert["eager_ops"] < ours["eager_ops"] < 1200
+    mem = re.search(r"^activation memory at batch 16: ours (\d+) MiB, bert (\d+) MiB, hf n/a$",
+                    r.stdout, re.M)
+    assert mem and int(mem[1]) == round(ours["activation_bytes"] / 2 ** 20)
+    assert 0 < bert["activation_bytes"] < ours["activation_bytes"]
+    assert re.search(r"^compiled step: 1 graph\(s\), 0 graph break\(s\), 0 recompile\(s\) "
+                     r"over 3 steps$", r.stdout, re.M), r.stdout
+    assert res["compiled_step"] == dict(graphs=1, breaks=0, recompiles=0, steps=3,
+                                        backend="aot_eager")
+
+
+def test_op_counter_and_saved_bytes_count_what_they_say():
+    import bench
+    lin = torch.nn.Linear(100, 50, bias=False)
+    x = torch.randn(10, 100)
+    with bench.OpCounter() as ops, bench.saved_bytes(lin) as saved:
+        lin(x).relu().sum().backward()
+    # the matmul saves x (10 x 100 floats; its weight is not counted), relu its output (10 x 50)
+    assert saved.total == (10 * 100 + 10 * 50) * 4
+    assert 5 <= ops.n <= 20                      # forward 3-4, backward ~8: no more, no fewer
+    with bench.OpCounter() as ops:
+        torch.ones(3).add_(1)
+    assert ops.n == 2
 
 
 def test_bench_rejects_unknown_contenders():

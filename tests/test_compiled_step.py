@@ -2,6 +2,7 @@
 train.training_step; and the training loop's promise that it never waits for the device
 between two log lines."""
 import copy
+import json
 import os
 from dataclasses import replace
 
@@ -140,3 +141,17 @@ def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path,
     state["trap"] = False
     assert code == 0 and state["steps"] == 8
     assert (tmp_path / "run" / "ckpt.pt").exists()
+
+
+def test_profile_writes_a_trace_and_prints_the_top_operations(data_dir, tmp_path):
+    from conftest import run_cli
+    out = tmp_path / "run"
+    r = run_cli("electra_small.py", "--data", data_dir, "--size", "tiny", "--max_steps", "3",
+                "--log_every", "3", "--out_dir", out, "--threads", "1", "--profile", "1",
+                timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Self CPU" in r.stdout and "aten::" in r.stdout
+    assert f"profile of 1 steps written to {out / 'profile_trace.json'}" in r.stdout
+    assert json.loads((out / "profile_trace.json").read_text())["traceEvents"]
+    r = run_cli("electra_small.py", "--profile", "0", "--out_dir", tmp_path / "no", timeout=60)
+    assert r.returncode == 2 and "--profile" in r.stderr and not (tmp_path / "no").exists()
