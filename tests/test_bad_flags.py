@@ -44,7 +44,8 @@ SCRIPTS = {
         ["--ckpt_every_min", "0"], ["--ckpt_every_min", "-1"], ["--ckpt_every_min", "nan"],
         ["--save_every", "-1"],
         ["--threads", "0"], ["--threads", "-1"], ["--threads", "100000"],
-        ["--precision", "fp8"], (["--bogus"], "--bogus")]),
+        ["--precision", "fp8"], ["--profile", "0"], ["--profile", "-1"],
+        (["--bogus"], "--bogus")]),
     "data": (["--name", "n", "--out_root", "root"], [
         ["--corpus", ""], (["--corpus", "c.txt", ""], "--corpus"), ["--hf", ""],
         (["--corpus", "c.txt", "--hf", "x"], "--hf"),
@@ -91,7 +92,8 @@ SCRIPTS = {
         ["--steps", "0"], ["--steps", "-1"], ["--warmup", "0"], ["--warmup", "-1"],
         ["--threads", "0"], ["--threads", "100000"],
         ["--json", ""], (["--json", "DIR"], "--json"), ["--json", "nodir/out.json"],
-        ["--which", ""], ["--which", "ours,gpt"], ["--size", "huge"], ["--device", "tpu"]]),
+        ["--which", ""], ["--which", "ours,gpt"], ["--size", "huge"], ["--device", "tpu"],
+        ["--precision", "fp8"]]),
     "parity": (["--data", "nodata"], [
         ["--data", ""], ["--steps", "0"], ["--steps", "-1"], ["--log_every", "0"],
         ["--seed", "-1"], ["--threads", "0"], ["--size", "huge"], ["--precision", "fp16"]]),
