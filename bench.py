@@ -50,7 +50,7 @@ from objectives import mask_tokens
 from device import DeviceError, pick_device, pick_precision
 import cli
 from config import SIZES, Config
-from train import make_optimizer, training_step
+from train import make_optimizer, training_step, update
 from step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
@@ -214,7 +214,7 @@ def check_compiled_step(cfg, device, precision, steps=3):
     small = replace(cfg, batch_size=min(cfg.batch_size, 8))
     c = Contender("ours", small, make_batches(small, n=steps)["electra"], device, False,
                   precision)
-    c.compiled, c.mode = compile_step(c.model, c.opt, cfg.grad_clip, device, precision,
+    c.compiled, c.mode = compile_step(update, c.model, c.opt, cfg.grad_clip, device, precision,
                                       backend="aot_eager", fullgraph=False), "compiled"
     for _ in range(steps):
         c.step()
@@ -234,8 +234,8 @@ class Contender:
         if compile_ and name != "hf":                    # HF runs eager, as its users do
             # the whole step as training's --compile runs it (step.py), except that a graph
             # break splits the step instead of failing it, so that graph_counts can count it
-            self.compiled = compile_step(self.model, self.opt, cfg.grad_clip, device, precision,
-                                         fullgraph=False)
+            self.compiled = compile_step(update, self.model, self.opt, cfg.grad_clip, device,
+                                         precision, fullgraph=False)
             self.mode = "compiled"
         self.attention = self.model.attn if name == "hf" else "sdpa"
         self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
@@ -267,10 +267,14 @@ class Contender:
                                        self.precision)
 
     def eager_costs(self):
-        """One more eager step, measured: (aten operations dispatched, bytes saved for
-        backward). See OpCounter and saved_bytes."""
+        """Two more eager steps, measured: the aten operations one dispatches (OpCounter) and
+        the bytes the other saves for backward (saved_bytes) - apart, because saved-tensor hooks
+        change which operations autograd dispatches."""
         b, lr = self.next_batch()
-        with OpCounter() as ops, saved_bytes(self.model) as saved:
+        with OpCounter() as ops:
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        b, lr = self.next_batch()
+        with saved_bytes(self.model) as saved:
             training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
         return ops.n, saved.total
 
@@ -379,7 +383,7 @@ def main(argv=None):
         for _ in range(args.warmup - 1):
             c.step()
         c.mem, c.mem_kind = measure_step_memory(device, c.step)
-        c.ops, c.saved = c.eager_costs()             # one more, untimed, eager step
+        c.ops, c.saved = c.eager_costs()             # two more, untimed, eager steps
     for r in range(args.steps):          # round r: one step each, the order rotating
         for c in runs[r % len(runs):] + runs[:r % len(runs)]:
             c.timed_step()

@@ -29,13 +29,14 @@ import torch
 from torch.utils._pytree import tree_map
 
 from device import pick_precision
-from train import update
 
 
-def compile_step(model, opt, grad_clip, device, precision="auto", backend="inductor",
+def compile_step(update, model, opt, grad_clip, device, precision="auto", backend="inductor",
                  fullgraph=True):
     """train.training_step compiled whole: returns step(batch, lr) -> statistics, taking and
-    returning what training_step(model, opt, batch, lr, ...) does. The compilation itself
+    returning what training_step(model, opt, batch, lr, ...) does. `update` is train.update, the
+    lines of training_step that the graph holds (passed in: train.py imports this file, not the
+    other way round). The compilation itself
     happens on the first call, so errors (an unsupported setup) surface there. `backend`
     "aot_eager" traces the same graph without generating code (quick: the tests use it);
     fullgraph=False lets a graph break split the step instead of failing (bench.py counts)."""

@@ -29,6 +29,7 @@ from distributed import Dist
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from objectives import mask_tokens
 from optim import decay_groups, make_adam
+from step import compile_step
 
 
 class TrainingDiverged(Exception):
@@ -104,8 +105,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     if args.compile and dist.enabled:
         model = torch.compile(model)
     elif args.compile:
-        from step import compile_step                     # (step.py imports this file)
-        step = compile_step(raw_model, opt, cfg.grad_clip, device, args.precision)
+        step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
 
     def progress():
         """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With

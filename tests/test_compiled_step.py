@@ -48,7 +48,8 @@ def compiled_against_eager(backend, rtol):
     torch._dynamo.utils.counters.clear()
     cfg, batches, model, opt, twin, twin_opt = tiny_pair()
     backend, graphs = counting(backend)
-    step = compile_step(twin, twin_opt, cfg.grad_clip, CPU, "fp32", backend=backend)
+    step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, CPU, "fp32",
+                        backend=backend)
     n_graphs = []
     for i, batch in enumerate(batches):
         lr = 1e-3 * (i + 1)
