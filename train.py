@@ -99,10 +99,11 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
     # DistributedDataParallel where torchrun started several processes; the model itself else.
     model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
-    # --compile: the whole step as one graph (step.py); with data parallelism the model only,
-    # since DDP's gradient hooks need a backward of their own
+    # --compile: the whole step as one graph (step.py) - or the model only where the step
+    # cannot be one: DDP's gradient hooks need a backward of their own, and torch.optim.AdamW's
+    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad)
     step = None
-    if args.compile and dist.enabled:
+    if args.compile and (dist.enabled or cfg.optimizer != "official"):
         model = torch.compile(model)
     elif args.compile:
         step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
