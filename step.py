@@ -22,8 +22,11 @@ What one graph, compiled once, needs - and where it is arranged:
   seeded from that generator: the same distributions as eager, not the same numbers. With
   torch._inductor.config.fallback_random = True it draws eager's exact numbers, which
   tests/test_compiled_step.py uses to compare the two step for step.
-Masking (line 1 of §2) stays outside the graph: it runs on the CPU with each batch's own
-generator (batches.py), so a resumed run draws the same masks, compiled or not.
+- Adam in the graph: the official optimizer (optim.py) traces; torch.optim.AdamW's step breaks
+  graphs on purpose, so with --optimizer torch train.py compiles the model only.
+Outside the graph: masking (line 1 of §2), which runs on the CPU with each batch's own generator
+(batches.py), so a resumed run draws the same masks, compiled or not; and zero_grad, which only
+drops references.
 """
 import torch
 from torch.utils._pytree import tree_map
