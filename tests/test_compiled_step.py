@@ -3,7 +3,6 @@ train.training_step; and the training loop's promise that it never waits for the
 between two log lines."""
 import copy
 import json
-import os
 from dataclasses import replace
 
 import pytest
@@ -81,13 +80,11 @@ def test_the_whole_step_is_one_graph_compiled_once_and_equals_eager():
     assert n_graphs == [1, 1, 1] and breaks == 0
 
 
-@pytest.mark.skipif(not os.environ.get("ELECTRA_TEST_INDUCTOR"),
-                    reason="Inductor's C++ compile takes 2-3 minutes on 2 busy cores; "
-                           "ELECTRA_TEST_INDUCTOR=1 runs it")
 def test_inductor_step_equals_eager():
     """The generated kernels themselves, with eager's random numbers (fallback_random).
     Inductor fuses and reorders float32 sums: a few units of float32 rounding (~1e-7) per loss,
-    measured 1e-7; rel 1e-5 leaves 100x margin and still catches any real difference."""
+    measured 1e-7; rel 1e-5 leaves 100x margin and still catches any real difference.
+    Measured on 2 cores: 65 s with Inductor's cache cold (C++ compilation), 7 s warm."""
     with torch._inductor.config.patch(fallback_random=True):
         n_graphs, breaks = compiled_against_eager("inductor", rtol=1e-5)
     assert n_graphs == [1, 1, 1] and breaks == 0
