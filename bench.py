@@ -14,6 +14,15 @@ and gets a line: steps/s, tokens/s, ms/step (of the median step), MFU, and the m
 needs above what was held before it (peak CUDA allocation; peak RSS growth on a CPU) plus the
 weights and Adam's state.
 
+Then three lines, side by side, that say what a step costs wherever it runs (tools read them):
+    eager ops per step: ours N, bert N, hf N        aten operations of one eager step (OpCounter)
+    activation memory at batch B: ours X MiB, ...    bytes saved for backward (saved_bytes)
+    compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, step.py)
+Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
+unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
+GPU runs one fused kernel. The compiled line comes from the compiled contender with --compile
+(or ours_compiled), else from a quick trace of ours with backend aot_eager.
+
 Why ratios, and why interleaved: an absolute step time says as much about the machine (clock,
 threads, the BLAS library, other jobs) as about the code. Timed side by side, the contenders
 share all of that, so "ours / HF tokens/s" is the number that carries over to another machine.
