@@ -50,6 +50,11 @@ class Masked(NamedTuple):
     def to(self, device, non_blocking=False):
         return Masked(*(t.to(device, non_blocking=non_blocking) for t in self))
 
+    def pin_memory(self):
+        """Page-locked copies, as Tensor.pin_memory: batches.Prefetcher pins every value of a
+        batch so that the copy to a GPU runs asynchronously (non_blocking)."""
+        return Masked(*(t.pin_memory() for t in self))
+
 
 def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
     """K, the fixed number of mask slots: int((0.15 + 0.005) * 128) = 19, as the official code."""

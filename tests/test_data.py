@@ -6,6 +6,7 @@ import lzma
 
 import numpy as np
 import pytest
+import torch
 
 import batches
 import data
@@ -100,6 +101,33 @@ def test_batches_have_segments_padding_and_resume(data_dir):
     d2.load_state_dict(state)
     assert all(all((a[k] == c[k]).all() for k in a) for a, c in
                zip(following, [d2.next_batch() for _ in range(3)]))
+
+
+def test_the_gpu_prefetcher_pins_a_whole_training_batch(data_dir, monkeypatch):
+    """On a GPU the trainer takes its batches from batches.Prefetcher, which pins every value
+    of a batch - the masks (objectives.Masked) too - so that they reach the GPU asynchronously.
+    Without a GPU pinning is impossible, so Tensor.pin_memory is replaced by a marked copy."""
+    import objectives
+    pinned = []
+
+    def pin(t):
+        pinned.append(t)
+        return t.clone()
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    d = batches.PretrainingData(data_dir, "train", batch_size=4, seq_len=64, seed=1)
+
+    def make_batch():
+        b = d.next_batch()
+        b["masked"] = objectives.mask_tokens(b["x"], (d.pad, d.cls, d.sep), d.meta["mask_id"], 9,
+                                             generator=torch.Generator().manual_seed(0))
+        return b, d.state_dict()
+    fetch = batches.Prefetcher(make_batch, depth=1)
+    try:
+        batch, _ = fetch()
+    finally:
+        fetch.close()
+    assert isinstance(batch["masked"], objectives.Masked)
+    assert len(pinned) >= 3 + len(objectives.Masked._fields)     # x, segments, padding, masks
 
 
 def test_masking_never_picks_padding_and_padding_is_not_scored(data_dir):
