@@ -423,7 +423,9 @@ def main(argv=None):
         ours = {c.name: c for c in runs}
         ours = ours.get("ours_compiled") or ours["ours"]
         if ours.mode == "compiled":
-            compiled = dict(ours.compile_counts(), backend="inductor")
+            # CUDA graphs that Inductor skipped (it says why only with TORCH_LOGS=cudagraphs)
+            compiled = dict(ours.compile_counts(), backend="inductor", cudagraph_skips=int(
+                torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]))
         elif ours.mode == "eager":
             compiled = dict(check_compiled_step(cfg, device, args.precision).compile_counts(),
                             backend="aot_eager")
@@ -433,6 +435,9 @@ def main(argv=None):
         print(f"  (backend {compiled['backend']}" + (": Dynamo and AOTAutograd only, the graphs "
               "Inductor would compile; --compile times the real thing)"
               if compiled["backend"] == "aot_eager" else ")"))
+        if device.type == "cuda" and compiled["backend"] == "inductor":
+            print(f"  CUDA graphs: skipped {compiled['cudagraph_skips']} time(s)" +
+                  (" (TORCH_LOGS=cudagraphs says why)" if compiled["cudagraph_skips"] else ""))
     else:
         print("compiled step: not measured (" + ("ours did not run" if "ours" not in by else
                                                    "torch.compile failed") + ")")

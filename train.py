@@ -106,7 +106,10 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     if args.compile and (dist.enabled or cfg.optimizer != "official"):
         model = torch.compile(model)
     elif args.compile:
-        step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
+        try:                # (a torch without what step.py sets up: eager, as a failed compile)
+            step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
+        except Exception as e:
+            compile_failed(e)
 
     def progress():
         """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
@@ -268,11 +271,16 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dis
     except Exception as e:
         if not args.compile or (step is None and model is raw_model):
             raise
-        print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-              "continuing eagerly", file=sys.stderr)
+        compile_failed(e)
         opt.zero_grad(set_to_none=True)
         model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
         return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
+
+
+def compile_failed(e):
+    """The one line a failed torch.compile gets; the run goes on eagerly."""
+    print(f"torch.compile failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}); "
+          "continuing eagerly", file=sys.stderr)
 
 
 def start_profile(n, out, device):
