@@ -18,7 +18,7 @@
 #
 # Settings, as environment variables (defaults in brackets):
 #   DEVICE [cuda]   SIZE [small]   PY [python3]   WORK [out_gpu]   WORKERS [all cores]
-#   HOURS [0.2]: pre-training's wall-clock budget (the schedule is laid over it)
+#   HOURS [0.15]: pre-training's wall-clock budget (the schedule is laid over it)
 #   COMPILE [auto]: 1 / 0 force --compile on / off; auto uses it if `check` saw it work
 #   SEEDS [3], SST2_SEEDS [1]: fine-tuning seeds (SST-2 is 8x larger than the others)
 #   TASKS [cola,mrpc,stsb,rte,sst2]   FT_ARGS: extra finetune_glue.py flags
@@ -30,14 +30,14 @@ set -uo pipefail
 cd "$(dirname "$0")"
 
 STAGE=${1:-}
-[ "$STAGE" = wait ] && { WAIT_S=${2:-540}; shift; }
+[ "$STAGE" = wait ] && { WAIT_S=${2:-500}; shift; }
 RES=${2:-${OUT:-${WORK:-out_gpu}/results}}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-small}
 PY=${PY:-python3}
 WORK=${WORK:-out_gpu}
 WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 4)}
-HOURS=${HOURS:-0.2}
+HOURS=${HOURS:-0.15}
 COMPILE=${COMPILE:-auto}
 SEEDS=${SEEDS:-3}
 SST2_SEEDS=${SST2_SEEDS:-1}
@@ -204,6 +204,8 @@ stage_status() {
     grep -E "^(step |done:|resuming|budget|electra:|bert:|MFU|error:|torch.compile|note:|warning)" \
       "$LOG" 2>/dev/null | tail -n 12
     echo "-- the log's last line:"; tail -n 1 "$LOG" 2>/dev/null
+    tail -n 1 "$RUN/log.jsonl" 2>/dev/null | grep -o '"gpu_peak_bytes": [0-9]*' \
+      | awk '{printf "peak GPU memory of the run (max_memory_allocated): %.2f GiB\n", $2 / 2^30}'
   } | tee "$RES/status.txt"
   [ -f "$RUN/log.jsonl" ] && cp "$RUN/log.jsonl" "$RES/pretrain_log$S.jsonl"
   return 0

@@ -342,7 +342,14 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
                 disc_acc_replaced=ratio("replaced_correct"),
                 disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
                 flops=st["flops"], elapsed_s=st["elapsed"], eta_s=max(0.0, left), lr=lr,
-                model=cfg.model, objective="mlm" if cfg.model == "bert" else cfg.objective)
+                model=cfg.model, objective="mlm" if cfg.model == "bert" else cfg.objective,
+                gpu_peak_bytes=gpu_peak_bytes(next(iter(sums.values())).device))
+
+
+def gpu_peak_bytes(device):
+    """The most GPU memory the run's tensors have held so far (CUDA graphs' pools included),
+    None off a GPU: what "fits in N GB" means for a run."""
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
 # When D has left the "everything is real" plateau: it catches at least PLATEAU_RECALL of the

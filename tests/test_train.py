@@ -113,6 +113,16 @@ def test_log_record_counts_the_plateau_from_the_replaced_share():
     assert rec["disc_acc_replaced"] == pytest.approx(1 / 3)
     assert rec["disc_precision_replaced"] == pytest.approx(0.8)
     assert "L_Disc 0.3000 (plateau 0.367)" in progress_line(rec)
+    assert rec["gpu_peak_bytes"] is None                    # on a GPU: its peak allocation
+
+
+def test_the_log_holds_a_gpus_peak_memory(monkeypatch):
+    """On a GPU each log record holds torch.cuda.max_memory_allocated (the run's peak, CUDA
+    graphs' pools included); tested with the CUDA call replaced, as no GPU is needed here."""
+    import train
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3 * 2 ** 30)
+    assert train.gpu_peak_bytes(torch.device("cuda", 0)) == 3 * 2 ** 30
+    assert train.gpu_peak_bytes(torch.device("cpu")) is None
 
 
 def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
