@@ -31,7 +31,9 @@ def test_prepare_then_status_on_a_cpu(corpus_file, tmp_path):
     r = stage("prepare", res, WORK=str(work), CORPUS=str(corpus_file.parent))
     assert r.returncode == 0, r.stdout + r.stderr
     meta = json.loads((work / "data" / "corpus" / "meta.json").read_text())
-    assert meta["vocab_size"] == 1000 and meta["train_tokens"] > 0
+    # SIZE=tiny asks data.py for 1,000 tokens; the generated corpus (without ../shared) runs
+    # out of merges sooner, so the vocabulary is at most that, never only the 256 bytes
+    assert 256 < meta["vocab_size"] <= 1000 and meta["train_tokens"] > 0
     assert "done:" in (res / "prepare.txt").read_text()
     r = stage("status", res, WORK=str(work))
     assert r.returncode == 0 and "not running" in (res / "status.txt").read_text()
