@@ -48,13 +48,32 @@ SHARED_GLUE = Path(__file__).resolve().parent.parent / "shared" / "data" / "glue
 
 # ----------------------------------------------------------------------------- the networks
 
-def load(path):
-    """(D and G in eval mode - no dropout, so every number is reproducible -, tokenizer, cfg)."""
+def read_checkpoint(path, label):
+    """(checkpoint, cfg, tokenizer) of a checkpoint file; `label` names it in the errors."""
     ckpt = load_checkpoint(path)
     try:
         cfg, tok = Config.from_dict(ckpt["config"]), Tokenizer.from_text(ckpt["tokenizer"])
     except (KeyError, TypeError, ValueError) as e:
-        raise InspectError(f"{path}: unusable config or tokenizer ({type(e).__name__})") from None
+        raise InspectError(f"{label}: unusable config or tokenizer ({type(e).__name__})") \
+            from None
+    return ckpt, cfg, tok
+
+
+def build_loaded(cfg, ckpt, label):
+    """The network of cfg with the checkpoint's weights, in eval mode (no dropout, so every
+    number is reproducible)."""
+    model = build_model(cfg)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise InspectError(f"{label}: weights do not fit the config "
+                           f"({str(e).splitlines()[0]})") from None
+    return model.eval()
+
+
+def load(path):
+    """(D and G in eval mode - no dropout, so every number is reproducible -, tokenizer, cfg)."""
+    ckpt, cfg, tok = read_checkpoint(path, path)
     if cfg.model == "bert":
         raise InspectError(f"{path}: a BERT checkpoint has no discriminator to inspect")
     if cfg.objective in ("replace_mlm", "all_tokens_mlm") or cfg.generator == "unigram":
@@ -62,13 +81,7 @@ def load(path):
                            "replaced-token detector D or a masked-LM G")
     if tok.vocab_size != cfg.vocab_size:
         raise InspectError(f"{path}: tokenizer has {tok.vocab_size} ids, model {cfg.vocab_size}")
-    model = build_model(cfg)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise InspectError(f"{path}: weights do not fit the config "
-                           f"({str(e).splitlines()[0]})") from None
-    return model.eval(), tok, cfg
+    return build_loaded(cfg, ckpt, path), tok, cfg
 
 
 # ----------------------------------------------------------------------------- sentence view
@@ -225,25 +238,14 @@ def held_out(args, tok, cfg):
 
 def load_bert(path, tok):
     """A BERT checkpoint's masked LM (eval mode), checked to share the ELECTRA tokenizer."""
-    ckpt = load_checkpoint(path)
-    try:
-        cfg, btok = Config.from_dict(ckpt["config"]), Tokenizer.from_text(ckpt["tokenizer"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise InspectError(f"--bert {path}: unusable config or tokenizer ({type(e).__name__})") \
-            from None
+    ckpt, cfg, btok = read_checkpoint(path, f"--bert {path}")
     if cfg.model != "bert":
         raise InspectError(f"--bert {path}: an {cfg.model} checkpoint, not a BERT one "
                            "(train one with electra_small.py --model bert)")
     if btok.to_text() != tok.to_text():
         raise InspectError(f"--bert {path}: another tokenizer than --ckpt's; the two models must "
                            "be trained on the same prepared data to predict the same tokens")
-    model = build_model(cfg)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise InspectError(f"--bert {path}: weights do not fit the config "
-                           f"({str(e).splitlines()[0]})") from None
-    return model.eval()
+    return build_loaded(cfg, ckpt, f"--bert {path}")
 
 
 def mlm_sentence(model, tok, cfg, text, mask_items, k, bert=None, rows=10):
