@@ -63,6 +63,20 @@ def run_cli(*args, timeout=300, env=None):
                           text=True, timeout=timeout, env=env)
 
 
+def save_tiny(path, tok, model="electra"):
+    """An untrained tiny checkpoint (seed 0) of `model` with tokenizer tok, saved at path."""
+    from ablations import build_model
+    from checkpoint import save_checkpoint
+    from config import SIZES, Config
+    import torch
+    cfg = Config(**SIZES["tiny"], vocab_size=tok.vocab_size, model=model)
+    torch.manual_seed(0)
+    net = build_model(cfg)
+    save_checkpoint(path, dict(config=cfg.to_dict(), model=net.state_dict(), step=0,
+                               tokenizer=tok.to_text()))
+    return path
+
+
 @pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory):
     """~400 KB of text on disk: real Wikipedia text when ../shared is present."""

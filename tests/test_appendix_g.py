@@ -9,10 +9,8 @@ import torch
 import analyses
 import inspect_discriminator as insp
 from checkpoint import save_checkpoint
-from config import SIZES, Config
-from conftest import run_cli
+from conftest import run_cli, save_tiny
 from data import load_tokenizer
-from ablations import build_model
 
 A = 0.85 / 0.15                         # a = (1 - p_mask) / p_mask at 15 % masking: 17 / 3
 
@@ -76,19 +74,10 @@ def tok(learnable_data_dir):
     return load_tokenizer(learnable_data_dir)
 
 
-def tiny_ckpt(path, tok, model="electra"):
-    cfg = Config(**SIZES["tiny"], vocab_size=tok.vocab_size, model=model)
-    torch.manual_seed(0)
-    net = build_model(cfg)
-    save_checkpoint(path, dict(config=cfg.to_dict(), model=net.state_dict(), step=0,
-                               tokenizer=tok.to_text()))
-    return path
-
-
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory, tok):
     d = tmp_path_factory.mktemp("g")
-    return tiny_ckpt(d / "electra.pt", tok), tiny_ckpt(d / "bert.pt", tok, "bert")
+    return save_tiny(d / "electra.pt", tok), save_tiny(d / "bert.pt", tok, "bert")
 
 
 class StandInD(torch.nn.Module):

@@ -9,11 +9,8 @@ import torch.nn as nn
 
 import analyses
 import inspect_discriminator as insp
-from checkpoint import save_checkpoint
-from config import SIZES, Config
-from conftest import SHARED, run_cli
+from conftest import SHARED, run_cli, save_tiny
 from data import load_tokenizer
-from ablations import build_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -22,15 +19,6 @@ def one_error_line(r):
     lines = r.stderr.strip().splitlines()
     return r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and \
         "Traceback" not in r.stderr
-
-
-def save_tiny(path, tok, model="electra"):
-    cfg = Config(**SIZES["tiny"], vocab_size=tok.vocab_size, model=model)
-    torch.manual_seed(0)
-    net = build_model(cfg)
-    save_checkpoint(path, dict(config=cfg.to_dict(), model=net.state_dict(), step=0,
-                               tokenizer=tok.to_text()))
-    return path
 
 
 @pytest.fixture(scope="module")
