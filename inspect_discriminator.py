@@ -31,11 +31,12 @@ from checkpoint import CheckpointError, load_checkpoint
 from config import Config
 from ablations import build_model
 from batches import PretrainingData, load_split
-from data import DataError, load_meta, read_documents, split_sentences
+from data import DataError, load_meta, read_documents
 from glue import GlueError
 from analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from objectives import Masked, corrupt, sample
+from tokenize_corpus import split_sentences
 from tokenizer import Tokenizer
 import matplotlib
 matplotlib.use("Agg")                              # headless: never try to open a display

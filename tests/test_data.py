@@ -10,6 +10,7 @@ import torch
 
 import batches
 import data
+import tokenize_corpus
 from conftest import CORPUS, run_cli
 from tokenizer import Tokenizer
 
@@ -59,7 +60,7 @@ def test_prepared_folder_layout_and_round_trip(data_dir, corpus_file):
 
 def test_sentences_split_after_end_punctuation_only():
     line = 'He left at 5 p.m. yesterday. "Why?" she asked. (It rained!) Then 3 went.'
-    parts = data.split_sentences(line)
+    parts = tokenize_corpus.split_sentences(line)
     assert "".join(parts) == line                          # nothing lost, spaces kept in front
     assert parts == ["He left at 5 p.m. yesterday.", ' "Why?" she asked.', " (It rained!)",
                      " Then 3 went."]

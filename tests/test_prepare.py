@@ -11,6 +11,8 @@ import pytest
 
 import batches
 import data
+import hf_data
+import tokenize_corpus
 from conftest import generated_text, run_cli
 
 FILES = ("train.bin", "train.sent.bin", "val.bin", "val.sent.bin", "tokenizer.tiktoken")
@@ -43,11 +45,11 @@ def test_sentence_cuts_are_the_line_by_line_lookbehind_rule(corpus_file):
         lines = doc.split("\n")
         want = [s for i, line in enumerate(lines)
                 for s in reference.split(line + ("\n" if i < len(lines) - 1 else ""))]
-        assert data.split_sentences(doc) == [s for s in want if s], doc[:80]
+        assert tokenize_corpus.split_sentences(doc) == [s for s in want if s], doc[:80]
 
 
 def test_parallel_workers_write_the_same_bytes_as_one(tmp_path, corpus_file, monkeypatch):
-    monkeypatch.setattr(data, "CHUNK_CHARS", 40_000)       # ~10 chunks: the pool is used
+    monkeypatch.setattr(tokenize_corpus, "CHUNK_CHARS", 40_000)       # ~10 chunks: the pool is used
     docs = list(data.read_documents(corpus_file))
     kw = dict(vocab_size=400, bpe_mb=0.1, val_every=7, **QUIET)     # val documents in chunks
     one = data.prepare(docs, tmp_path / "one", workers=1, **kw)
@@ -68,7 +70,7 @@ def test_max_tokens_stops_after_the_document_that_reaches_it(tmp_path):
 
 def test_an_interrupted_preparation_leaves_no_prepared_looking_folder(tmp_path, corpus_file,
                                                                       monkeypatch):
-    monkeypatch.setattr(data, "CHUNK_CHARS", 10_000)
+    monkeypatch.setattr(tokenize_corpus, "CHUNK_CHARS", 10_000)
 
     def interrupted():                  # Ctrl-C while the worker processes tokenize
         for i, d in enumerate(data.read_documents(corpus_file)):
@@ -107,8 +109,8 @@ def test_hf_dataset_folder_and_parquet_prepare_like_the_same_text_as_corpus(tmp_
     # a column or split that is not there: one line naming the ones that are
     for extra, message in ((["--text_field", "body"], "--text_field"),
                            (["--hf_split", "validation"], "--hf_split")):
-        with pytest.raises(data.DataError, match=message):
-            data.hf_documents(str(tmp_path / "dict"), split=extra[1] if "split" in extra[0]
+        with pytest.raises(hf_data.DatasetError, match=message):
+            hf_data.hf_documents(str(tmp_path / "dict"), split=extra[1] if "split" in extra[0]
                               else "train", text_field=extra[1] if "field" in extra[0] else "text")
 
 
