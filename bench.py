@@ -15,8 +15,8 @@ needs above what was held before it (peak CUDA allocation; peak RSS growth on a 
 weights and Adam's state.
 
 Then three lines, side by side, that say what a step costs wherever it runs (tools read them):
-    eager ops per step: ours N, bert N, hf N        aten operations of one eager step (OpCounter)
-    activation memory at batch B: ours X MiB, ...    bytes saved for backward (saved_bytes)
+    eager ops per step: ours N, bert N, hf N        aten operations of one eager step (step_cost.py)
+    activation memory at batch B: ours X MiB, ...    bytes saved for backward (step_cost.py)
     compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, step.py)
 Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
 unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
@@ -38,23 +38,14 @@ necessary work by that count. HF's generator projects *all* 128 positions onto
 the 30k vocabulary (ElectraForMaskedLM has no notion of "only the masked slots"), ours only the
 19 mask slots; that extra work is part of what is compared.
 """
-import contextlib
-import ctypes.util
-import gc
 import json
 import os
 import statistics
 import sys
 import time
 from dataclasses import replace
-from types import SimpleNamespace
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")           # HF builds from a config; never download
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
-import torch.nn as nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from objectives import mask_tokens
 from device import DeviceError, pick_device, pick_precision
@@ -64,64 +55,13 @@ from train import make_optimizer, training_step, update
 from step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
+from hf_electra import HFElectra
+from step_cost import (OpCounter, compile_counters, measure_step_memory, saved_bytes,
+                       sync)
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
 MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
            "bert": dict(replace_prob=0.8, random_prob=0.1)}
-
-
-class HFElectra(nn.Module):
-    """Hugging Face's ELECTRA pair, wired as its pre-training examples do: ElectraForMaskedLM as G,
-    ElectraForPreTraining as D, D given G's embeddings module (G's output layer is tied to the
-    word embeddings by HF's default), loss = L_MLM + λ L_Disc. Same forward signature as ours,
-    so train.training_step trains it unchanged."""
-
-    def __init__(self, cfg, attn="sdpa"):
-        super().__init__()
-        from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
-
-        def config(enc, attn):
-            return ElectraConfig(
-                vocab_size=cfg.vocab_size, embedding_size=cfg.emb_size, hidden_size=enc.hidden,
-                num_hidden_layers=enc.layers, num_attention_heads=enc.heads,
-                intermediate_size=enc.ffn, max_position_embeddings=cfg.max_len,
-                hidden_dropout_prob=enc.dropout, attention_probs_dropout_prob=enc.dropout,
-                pad_token_id=cfg.vocab_size - 4, attn_implementation=attn)
-        try:                                # older transformers have no SDPA path for Electra
-            self.generator = ElectraForMaskedLM(config(cfg.gen, attn))
-        except (ValueError, ImportError):
-            attn = "eager"
-            self.generator = ElectraForMaskedLM(config(cfg.gen, attn))
-        self.discriminator = ElectraForPreTraining(config(cfg.disc, attn))
-        self.discriminator.electra.embeddings = self.generator.electra.embeddings   # shared
-        self.attn = self.generator.config._attn_implementation or attn
-        self.disc_weight = cfg.disc_weight
-
-    def forward(self, x, masked, pad_mask=None, segment_ids=None):
-        x_masked, positions, targets, weights = masked
-        # HF's MLM loss: labels -100 (ignored) everywhere but the used mask slots.
-        labels = torch.where(weights > 0, targets, -100)
-        labels = torch.full_like(x, -100).scatter(1, positions, labels)
-        inp = dict(attention_mask=None if pad_mask is None else pad_mask.long(),
-                   token_type_ids=segment_ids)
-        g = self.generator(input_ids=x_masked, labels=labels, **inp)
-        with torch.no_grad():                   # Gumbel-max sample at the mask slots; no grad
-            V = g.logits.shape[-1]
-            logits = torch.gather(g.logits, 1, positions[..., None].expand(-1, -1, V))
-            u = torch.rand(logits.shape, device=logits.device).clamp(1e-9, 1 - 1e-7)
-            x_hat = (logits.float() - torch.log(-torch.log(u))).argmax(-1)
-            x_corrupt = x.scatter(1, positions, torch.where(weights > 0, x_hat, targets))
-            is_replaced = (x_corrupt != x).long()    # a sample equal to the original is "real"
-        # HF averages L_Disc over attention_mask's real tokens, as ours over pad_mask's
-        d = self.discriminator(input_ids=x_corrupt, labels=is_replaced, **inp)
-        loss = g.loss + self.disc_weight * d.loss
-        with torch.no_grad():                   # D's recall / precision on replaced tokens
-            real = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
-            flagged, rep = (d.logits > 0) & real, is_replaced.bool()
-            caught = (flagged & rep).float().sum()
-        return loss, dict(mlm_loss=g.loss, disc_loss=d.loss, x_corrupt=x_corrupt,
-                          is_replaced=is_replaced, replaced_correct=(caught, rep.float().sum()),
-                          replaced_flagged=(caught, flagged.float().sum()))
 
 
 def make_batches(cfg, n=4, seed=0):
@@ -142,80 +82,6 @@ def make_batches(cfg, n=4, seed=0):
 
 
 # ----------------------------------------------------------------------------- one contender
-
-def sync(device):
-    if device.type in ("cuda", "mps"):                     # GPUs run asynchronously
-        getattr(torch, device.type).synchronize()
-
-
-def _vm_bytes(field):
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith(field + ":")) * 1024
-
-
-def measure_step_memory(device, step):
-    """Run one step; return (bytes it needed above what was held before it, how measured).
-    CUDA: max_memory_allocated after reset_peak_memory_stats. CPU: the peak RSS (getrusage's
-    ru_maxrss, but resettable: Linux's VmHWM after writing 5 to clear_refs), after handing freed
-    heap back to the OS (malloc_trim) so the step cannot hide in memory another contender freed."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        step()
-        return torch.cuda.max_memory_allocated(device) - before, "CUDA allocated"
-    gc.collect()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _vm_bytes("VmRSS")
-    except (OSError, AttributeError, TypeError):      # not Linux/glibc: no resettable peak
-        before = None
-    step()
-    return (None, "n/a") if before is None else (_vm_bytes("VmHWM") - before, "peak RSS growth")
-
-
-# ----------------------------------------------------------------------------- a step's costs
-
-class OpCounter(TorchDispatchMode):
-    """Counts the aten operations dispatched while active (after autograd, so backward's count
-    too). In eager mode each is a separate call into PyTorch and, on a GPU, most are a kernel
-    launch of ~5-10 us: at a few thousand per step that, not the matmuls, bounds a small model."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def saved_bytes(model):
-    """Yields an object whose .total is, on exit, the bytes of the tensors autograd saved for
-    backward while active: the activations a step holds between its forward and its backward -
-    on a GPU, the memory it needs besides weights, gradients and Adam's state. Each storage
-    counts once (a tensor saved by several operations, or a view of one, is held once); the
-    model's weights do not count."""
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    held, out = {}, SimpleNamespace(total=0)
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in weights:
-            held[storage.data_ptr()] = storage.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield out
-    out.total = sum(held.values())
-
-
-def compile_counters():
-    """(graphs compiled, graph breaks) so far in this process, from Dynamo's own counters."""
-    counters = torch._dynamo.utils.counters
-    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-
 
 def check_compiled_step(cfg, device, precision, steps=3):
     """Without --compile: ours' whole step (step.py) for `steps` steps through Dynamo and

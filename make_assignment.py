@@ -152,9 +152,11 @@ STAND_INS = {
         "x_hat = objectives.sample(p.log().view(B, K, -1), generator)",
         "return loss, x_hat, hits"],
 }
-# Tools that restate a part's answer and that no part needs: bench.py samples with the
-# Gumbel-max trick and builds x_corrupt for its Hugging Face contender; parity.py imports it.
-LEFT_OUT = {"sample": ("bench.py", "parity.py"), "corrupt": ("bench.py", "parity.py")}
+# Tools that restate a part's answer and that no part needs: hf_electra.py samples with the
+# Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; bench.py and parity.py
+# import it.
+LEFT_OUT = {"sample": ("bench.py", "parity.py", "hf_electra.py"),
+            "corrupt": ("bench.py", "parity.py", "hf_electra.py")}
 
 
 class AssignmentError(Exception):

@@ -1,7 +1,7 @@
 """Learning parity with Hugging Face's ELECTRA: same batches, same masks, same schedule.
 
 Paper §2 (the objective) trained twice, side by side: our ELECTRA (objectives.py) and Hugging
-Face's ElectraForMaskedLM + ElectraForPreTraining wired as bench.HFElectra wires them (shared
+Face's ElectraForMaskedLM + ElectraForPreTraining wired as hf_electra.HFElectra wires them (shared
 embeddings, L_MLM + λ L_Disc). Both get the *same* batches from a prepared corpus, masked with
 the same random positions (objectives.mask_tokens), the same config, optimizer and learning-rate
 schedule, and their losses are printed side by side. Two independent implementations that
@@ -40,8 +40,8 @@ def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        from bench import HFElectra
-        import transformers  # noqa: F401  (bench imports it lazily; fail here, clearly)
+        from hf_electra import HFElectra
+        import transformers  # noqa: F401  (hf_electra imports it lazily; fail here, clearly)
     except ImportError:
         raise DataError("parity.py compares with Hugging Face: pip install transformers") from None
     data = PretrainingData(args.data, "train", 1, 8)      # just for meta.json's checks

@@ -58,15 +58,15 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
 
 
 def test_op_counter_and_saved_bytes_count_what_they_say():
-    import bench
+    import step_cost
     lin = torch.nn.Linear(100, 50, bias=False)
     x = torch.randn(10, 100)
-    with bench.OpCounter() as ops, bench.saved_bytes(lin) as saved:
+    with step_cost.OpCounter() as ops, step_cost.saved_bytes(lin) as saved:
         lin(x).relu().sum().backward()
     # the matmul saves x (10 x 100 floats; its weight is not counted), relu its output (10 x 50)
     assert saved.total == (10 * 100 + 10 * 50) * 4
     assert 5 <= ops.n <= 20                      # forward 3-4, backward ~8: no more, no fewer
-    with bench.OpCounter() as ops:
+    with step_cost.OpCounter() as ops:
         torch.ones(3).add_(1)
     assert ops.n == 2
 
@@ -81,9 +81,10 @@ def test_bench_rejects_unknown_contenders():
 def hf_pair():
     pytest.importorskip("transformers")
     import bench
+    from hf_electra import HFElectra
     cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
     torch.manual_seed(0)
-    return bench, cfg, bench.HFElectra(cfg)
+    return bench, cfg, HFElectra(cfg)
 
 
 def test_hf_generator_and_discriminator_share_one_embedding():
