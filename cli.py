@@ -11,6 +11,7 @@ first) and argparse's exit status, 2. Numbers must be finite: NaN passes every c
 as False, so a `--lr nan` would otherwise slip past `lr > 0` checks written the other way round.
 """
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -116,3 +117,11 @@ def out_folder(text):
     if Path(text).exists() and not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: pick another folder")
     return text
+
+
+def remove_if_left_empty(folder, existed):
+    """After a refused run: remove `folder` if the run made it (it did not exist before) and left
+    it empty, so that a one-line error leaves nothing behind. A folder with anything in it stays."""
+    if not existed:
+        with contextlib.suppress(OSError):
+            Path(folder).rmdir()

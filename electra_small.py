@@ -16,7 +16,6 @@ Time budget: with --hours the learning-rate schedule is laid over the *wall-cloc
 That is the paper's Table 1 question - what does a given amount of compute buy? - and it makes
 ELECTRA and BERT comparable at equal time without counting steps by hand.
 """
-import contextlib
 import signal
 import sys
 from dataclasses import replace
@@ -153,15 +152,13 @@ def config_from_args(args, meta):
 def main(argv=None):
     args = parse_args(argv)
     dist = Dist()                       # torchrun sets RANK / WORLD_SIZE; plain python: 1 process
-    fresh = not Path(args.out_dir).exists()
+    existed = Path(args.out_dir).exists()
     try:
         return _main(args, dist)
     except (DataError, ConfigError, CheckpointError, DeviceError, TrainingDiverged) as e:
         if dist.main:
             print(f"error: {e}", file=sys.stderr)
-            if fresh:           # a folder this run created and left empty: leave nothing behind
-                with contextlib.suppress(OSError):
-                    Path(args.out_dir).rmdir()
+            cli.remove_if_left_empty(args.out_dir, existed)
         return 1
     finally:
         dist.close()

@@ -16,7 +16,6 @@ paper's probability that x_t is real. Measured with the Table 6 model (random we
 1 on a shared 2-core CPU): the sentence view and figure2 in 5 s, `all` in 97 s (200 held-out
 sequences, 200 sentences x 4 variants, CoLA dev 1043 sentences, SST-2 dev 872 x 2 prompts).
 """
-import contextlib
 import json
 import sys
 import time
@@ -418,15 +417,13 @@ def run(args):
 def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out) if args.out else Path(args.ckpt).parent / "inspect"
-    fresh = not out.exists()
+    existed = out.exists()
     try:
         run(args)
         return 0
     except (InspectError, CheckpointError, DataError, GlueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        if fresh:               # a folder this run created and left empty: leave nothing behind
-            with contextlib.suppress(OSError):
-                out.rmdir()
+        cli.remove_if_left_empty(out, existed)
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
