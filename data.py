@@ -14,8 +14,8 @@ Command line (prepare a corpus once):
 writes data/NAME/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
 Documents are tokenized by one process per core (--workers), a chunk at a time, and written as
 they come back, so a corpus of any size streams through in memory of a few MB per worker
-(tokenize_corpus.py: sentences, tokens, worker processes); --hf reads a Hugging Face dataset
-(hf_data.py).
+(machinery/tokenize_corpus.py: sentences, tokens, worker processes); --hf reads a Hugging Face dataset
+(machinery/hf_data.py).
 """
 import gzip
 import io
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import cli
-import tokenize_corpus
-from hf_data import DatasetError, hf_documents
-from tokenize_corpus import (Progress, default_workers, document_chunks, start_workers,
+from machinery import cli
+from machinery import tokenize_corpus
+from machinery.hf_data import DatasetError, hf_documents
+from machinery.tokenize_corpus import (Progress, default_workers, document_chunks, start_workers,
                              tokenized_chunks)
-from tokenizer import Tokenizer, train_bpe
+from machinery.tokenizer import Tokenizer, train_bpe
 
 # Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them (tests use it).
 DATA_ROOT = Path(os.environ.get("ELECTRA_DATA_ROOT", Path(__file__).resolve().parent / "data"))

@@ -9,7 +9,7 @@ decay. This file turns the arguments into a Config, checks them and a checkpoint
     python electra_small.py --hours 6                  # the demo corpus, prepared on first use
     python electra_small.py --data data/wiki00 --max_steps 1000000    # the paper's full run
     python electra_small.py --model bert --hours 6     # BERT-Small at equal compute (§3.3)
-    torchrun --nproc_per_node=4 electra_small.py ...   # data parallel (distributed.py)
+    torchrun --nproc_per_node=4 electra_small.py ...   # data parallel (machinery/distributed.py)
 
 Time budget: with --hours the learning-rate schedule is laid over the *wall-clock* budget, so a
 6-hour run warms up, decays to zero and stops at the deadline, whatever the hardware does.
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-import cli
+from machinery import cli
 from ablations import ConfigError, build_model
-from checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
+from machinery.checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from config import SIZES, Config
 from data import DATA_ROOT, DEMO_NAME, DataError, load_meta, load_tokenizer, prepare_demo
-from device import DeviceError, pick_device
-from distributed import Dist
+from machinery.device import DeviceError, pick_device
+from machinery.distributed import Dist
 from flops import train_flops_per_step
 from train import TrainingDiverged, train
 
@@ -103,15 +103,15 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--compile", action="store_true",
-                   help="the whole step as one compiled graph (step.py): GPU speed")
+                   help="the whole step as one compiled graph (machinery/step.py): GPU speed")
     p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                   help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
+                   help="auto: bf16 autocast where the hardware has native bf16 (machinery/device.py)")
     p.add_argument("--plain_mlm", action="store_true",
                    help="train with objectives.sample and mlm_loss instead of the fused "
-                        "mlm_output.py (same numbers, slower: e.g. to train an assignment's code)")
+                        "machinery/mlm_output.py (same numbers, slower: e.g. to train an assignment's code)")
     return p.parse_args(argv)
 
 

@@ -34,15 +34,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import cli
-from atomic import atomic_write
-from checkpoint import CheckpointError, load_checkpoint
-from device import DeviceError, pick_device, pick_precision
+from machinery import cli
+from machinery.atomic import atomic_write
+from machinery.checkpoint import CheckpointError, load_checkpoint
+from machinery.device import DeviceError, pick_device, pick_precision
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
 from optim import make_adam
-from tokenizer import Tokenizer
+from machinery.tokenizer import Tokenizer
 
 # Table 7 (the "Small" column), in one place.
 HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
@@ -79,9 +79,9 @@ class Classifier(nn.Module):
 
 def load_pretrained(path):
     """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info).
-    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): see hf_import.py."""
+    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): see interop/hf_import.py."""
     if Path(path).is_dir():
-        from hf_import import load_hf_electra
+        from interop.hf_import import load_hf_electra
         return load_hf_electra(path)
     ckpt = load_checkpoint(path)
     try:

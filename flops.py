@@ -147,7 +147,7 @@ def peak_flops(device):
         return None, f"{name}: unknown peak"
     if device.type != "cpu":
         return None, f"{device.type}: unknown peak"
-    from device import native_bf16              # training runs in bf16 where this is true
+    from machinery.device import native_bf16              # training runs in bf16 where this is true
     dtype = torch.bfloat16 if native_bf16("cpu") else torch.float32
     n, best = 1024, 0.0
     g = torch.Generator().manual_seed(0)        # leave the global RNG (training's) untouched

@@ -268,7 +268,7 @@ class ELECTRA(Pretraining):
         """L_MLM, the samples x̂ and G's accuracy: the generator's half of the step."""
         if self.fused_mlm:
             # The same numbers as the four lines below, from one pass over p_G instead of five
-            # (mlm_output.py); measured on 2 CPU cores, a laptop step 1.05x faster.
+            # (machinery/mlm_output.py); measured on 2 CPU cores, a laptop step 1.05x faster.
             loss, x_hat, correct = self.generator.loss_and_sample(masked, pad_mask, segment_ids)
             return loss, x_hat, dict(gen_correct=correct)
         gen_logits = self.generator(masked.x_masked, masked.positions, pad_mask, segment_ids)

@@ -21,8 +21,8 @@ import matplotlib
 matplotlib.use("Agg")  # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-import cli  # noqa: E402
-from atomic import atomic_write  # noqa: E402
+from machinery import cli  # noqa: E402
+from machinery.atomic import atomic_write  # noqa: E402
 
 # canonical GLUE order and display names (paper Table 8 column order; WNLI is never used)
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]

@@ -20,16 +20,16 @@ from pathlib import Path
 import torch
 
 from ablations import build_model
-from checkpoint import CheckpointError, rng_state, save_checkpoint, set_rng_state
+from machinery.checkpoint import CheckpointError, rng_state, save_checkpoint, set_rng_state
 from config import lr_at
 from batches import PretrainingData, Prefetcher, repetition_warning
 from data import load_tokenizer
-from device import pick_precision
-from distributed import Dist
+from machinery.device import pick_precision
+from machinery.distributed import Dist
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from objectives import mask_tokens
 from optim import decay_groups, make_adam
-from step import compile_step
+from machinery.step import compile_step
 
 
 class TrainingDiverged(Exception):
@@ -50,7 +50,7 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
-    # bf16 autocast where the hardware computes bf16 natively (device.py): several times faster
+    # bf16 autocast where the hardware computes bf16 natively (machinery/device.py): several times faster
     # matmuls; the weights, the optimizer and both losses stay in float32.
     stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1])
     opt.zero_grad(set_to_none=True)
@@ -59,7 +59,7 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
 
 def update(model, opt, batch, grad_clip, autocast):
     """Both losses, backward, clipping and Adam on a batch already on the device: the part of
-    training_step that step.py compiles into one graph (--compile)."""
+    training_step that machinery/step.py compiles into one graph (--compile)."""
     with autocast():
         loss, stats = model(**batch)
     loss.backward()
@@ -99,14 +99,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
     # DistributedDataParallel where torchrun started several processes; the model itself else.
     model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
-    # --compile: the whole step as one graph (step.py) - or the model only where the step
+    # --compile: the whole step as one graph (machinery/step.py) - or the model only where the step
     # cannot be one: DDP's gradient hooks need a backward of their own, and torch.optim.AdamW's
     # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad)
     step = None
     if args.compile and (dist.enabled or cfg.optimizer != "official"):
         model = torch.compile(model)
     elif args.compile:
-        try:                # (a torch without what step.py sets up: eager, as a failed compile)
+        try:                # (a torch without what machinery/step.py sets up: eager, as a failed compile)
             step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
         except Exception as e:
             compile_failed(e)
@@ -122,7 +122,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 
     def save(name="ckpt.pt"):
         """Never a state that has seen a NaN loss, never over the previous checkpoint unless the
-        new one is complete (checkpoint.py writes to a temporary file and renames it)."""
+        new one is complete (machinery/checkpoint.py writes to a temporary file and renames it)."""
         check_finite(bad_step, out)
         if not main:
             return
@@ -261,7 +261,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 # ----------------------------------------------------------------------------- the loop's helpers
 
 def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dist):
-    """One step: the compiled whole step `step` (step.py) if there is one, else training_step;
+    """One step: the compiled whole step `step` (machinery/step.py) if there is one, else training_step;
     falls back to the eager model if torch.compile fails on this setup. Returns (statistics,
     step, model), the last two changed by a fallback."""
     try:

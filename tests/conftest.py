@@ -66,7 +66,7 @@ def run_cli(*args, timeout=300, env=None):
 def save_tiny(path, tok, model="electra"):
     """An untrained tiny checkpoint (seed 0) of `model` with tokenizer tok, saved at path."""
     from ablations import build_model
-    from checkpoint import save_checkpoint
+    from machinery.checkpoint import save_checkpoint
     from config import SIZES, Config
     import torch
     cfg = Config(**SIZES["tiny"], vocab_size=tok.vocab_size, model=model)
@@ -119,7 +119,7 @@ def one_thread():
 
 @pytest.fixture
 def stand_in_attention(monkeypatch):
-    """For the assignment tests (tests/parts/, make_assignment.py): part 7, self-attention,
+    """For the assignment tests (tests/parts/, teaching/make_assignment.py): part 7, self-attention,
     replaced by a stand-in in which every position attends only to itself, so that a part which
     runs a network (the joint loss, ELECTRA 15%) is graded while attention is still blank."""
     import encoder

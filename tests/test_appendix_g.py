@@ -1,14 +1,14 @@
 """ELECTRA as a masked language model (Appendix G): the score against hand-worked values, the
 batched candidates against one-at-a-time D passes, the pick driven by D in the right direction,
-and `inspect_discriminator.py mlm` on a tiny checkpoint, with its bad inputs."""
+and `analysis/inspect_discriminator.py mlm` on a tiny checkpoint, with its bad inputs."""
 import json
 
 import pytest
 import torch
 
-import analyses
-import inspect_discriminator as insp
-from checkpoint import save_checkpoint
+from analysis import analyses
+from analysis import inspect_discriminator as insp
+from machinery.checkpoint import save_checkpoint
 from conftest import run_cli, save_tiny
 from data import load_tokenizer
 
@@ -142,7 +142,7 @@ def test_mlm_prints_the_accuracies_and_the_sentence_view(ckpts, learnable_data_d
     electra, bert = ckpts
     common = ["--ckpt", electra, "--data", learnable_data_dir, "--n", "6", "--topk", "10",
               "--out", tmp_path, "--threads", "1"]
-    r = run_cli("inspect_discriminator.py", "mlm", *common, "--bert", bert)   # the real one
+    r = run_cli("analysis/inspect_discriminator.py", "mlm", *common, "--bert", bert)   # the real one
     assert r.returncode == 0, r.stderr
     assert "(a) G alone" in r.stdout and "(b) ELECTRA, Appendix G" in r.stdout
     assert "(c) true token in G's top-10" in r.stdout and "(d) BERT" in r.stdout
@@ -184,7 +184,7 @@ def test_mlm_bad_input_is_one_line(ckpts, tok, learnable_data_dir, tmp_path, cap
              (["mlm", "--ckpt", electra, *data, "--bert", other], "tokenizer"),
              (["calibration", "--ckpt", electra, *data, "--bert", bert], "mlm command only")]
     for args, message in cases[:1]:             # the real command line: exit status, stderr
-        r = run_cli("inspect_discriminator.py", *args, "--out", tmp_path / "o")
+        r = run_cli("analysis/inspect_discriminator.py", *args, "--out", tmp_path / "o")
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and \
             message in lines[0], (args, r.stderr)

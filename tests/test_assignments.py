@@ -1,4 +1,4 @@
-"""make_assignment.py: student copies fail exactly the blanked parts' tests, a filled-in part
+"""teaching/make_assignment.py: student copies fail exactly the blanked parts' tests, a filled-in part
 passes its tests, and plausible wrong answers fail them (issue: teaching, §1)."""
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import make_assignment as ma
+from teaching import make_assignment as ma
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,7 +154,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, args, message):
 
 def test_the_committed_assignments_md_is_the_generated_one():
     """ASSIGNMENTS.md in the repository is what make_assignment writes for all parts:
-    regenerate it with `python -c "import make_assignment as m; m.write_md()"`."""
+    regenerate it with `python -c "from teaching import make_assignment as m; m.write_md()"`."""
     assert (ROOT / "ASSIGNMENTS.md").read_text() == ma.assignments_md([p.name for p in ma.PARTS])
 
 
@@ -184,26 +184,26 @@ def test_the_copy_holds_no_blanked_answer_anywhere(tmp_path):
              if f.suffix in (".py", ".md", ".txt")}
     assert "objectives.py" in texts and "docs/plateau.md" in texts
     assert not (out / ma.INSTRUCTOR_NOTES.relative_to(ma.ROOT)).exists()
-    assert not (out / "bench.py").exists()          # its Gumbel sampler and corrupt: LEFT_OUT
+    assert not (out / "benchmarks" / "bench.py").exists()          # its Gumbel sampler and corrupt: LEFT_OUT
     for part in ma.BY_NAME:
         assert key_lines(part), part
         for line in key_lines(part) + ANSWER_PHRASES.get(part, []):
             hits = [f for f, t in texts.items() if line in t and (part, f) not in KEPT]
             assert not hits, (part, line, hits)
     # the reference does hold them, so the check can fail
-    ref = (ma.ROOT / "mlm_output.py").read_text()
+    ref = (ma.ROOT / "machinery" / "mlm_output.py").read_text()
     assert "searchsorted(cdf" in ref and "# BEGIN ANSWER sample" in ref
     assert all(p in (ma.ROOT / "objectives.py").read_text() for ps in ANSWER_PHRASES.values()
                for p in ps if "log(-torch" not in p)
 
 
 def test_the_copy_trains_with_the_students_sample(tmp_path):
-    """mlm_output.py's sampler is replaced by a call to objectives.sample: with Part 2 blank the
+    """machinery/mlm_output.py's sampler is replaced by a call to objectives.sample: with Part 2 blank the
     fused path says so; with an answer filled in, it samples through it."""
     out = tmp_path / "student"
     ma.make_copy(out, ["sample"])
     code = (
-        "import torch, mlm_output\n"
+        "import torch\nfrom machinery import mlm_output\n"
         "z, E = torch.randn(2, 3, 8), torch.randn(11, 8)\n"
         "t, w = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3)\n"
         "try:\n"

@@ -1,9 +1,9 @@
-"""atomic_write (atomic.py): the old file or the whole new one, never a part, even after a crash."""
+"""atomic_write (machinery/atomic.py): the old file or the whole new one, never a part, even after a crash."""
 import os
 
 import pytest
 
-import atomic
+from machinery import atomic
 
 
 def test_content_reaches_the_disk_before_the_rename(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-import cli
+from machinery import cli
 
 # (script, base arguments every case of it adds, [(arguments, what the error line must name)])
 # A case is [args...] (the line must name args[0], the flag) or ([args...], "text").
@@ -75,36 +75,36 @@ SCRIPTS = {
         ["--optimizer", "sgd"], ["--layer_decay_rule", "none"],
         ["--threads", "0"], ["--threads", "5000"],
         (["--tasks", "wnli"], "wnli")]),
-    "inspect_discriminator": (["--ckpt", "none.pt", "the cat", "--out", "o"], [
+    "analysis.inspect_discriminator": (["--ckpt", "none.pt", "the cat", "--out", "o"], [
         ["--ckpt", ""], ["--topk", "0"], ["--topk", "-1"], ["--n", "0"], ["--n", "-1"],
         ["--n_sentences", "0"], ["--bins", "0"], ["--bins", "1000000000"],
         ["--data", ""], ["--text", ""], ["--glue_dir", ""], ["--bert", ""],
         ["--out", ""], (["--out", "FILE"], "--out"), ["--seed", "-1"],
         ["--threads", "0"], ["--threads", "100000"],
         ["--label_words", "great"], (["--prompt", "no slot"], "--prompt")]),
-    "export_hf": (["--ckpt", "none.pt", "--out", "o"], [
+    "interop.export_hf": (["--ckpt", "none.pt", "--out", "o"], [
         ["--ckpt", ""], ["--out", ""], (["--out", "FILE"], "--out")]),
     "plot_results": (["--results", "none.json"], [
         ["--results", ""], ["--logs", ""], ["--out_dir", ""], (["--out_dir", "FILE"], "--out_dir"),
         (["--results"], "no results")]),
-    "bench": (["--which", "ours", "--size", "tiny", "--steps", "1", "--device", "cpu"], [
+    "benchmarks.bench": (["--which", "ours", "--size", "tiny", "--steps", "1", "--device", "cpu"], [
         ["--batch_size", "0"], ["--batch_size", "-3"], ["--batch_size", "1e9"],
         ["--steps", "0"], ["--steps", "-1"], ["--warmup", "0"], ["--warmup", "-1"],
         ["--threads", "0"], ["--threads", "100000"],
         ["--json", ""], (["--json", "DIR"], "--json"), ["--json", "nodir/out.json"],
         ["--which", ""], ["--which", "ours,gpt"], ["--size", "huge"], ["--device", "tpu"],
         ["--precision", "fp8"]]),
-    "parity": (["--data", "nodata"], [
+    "benchmarks.parity": (["--data", "nodata"], [
         ["--data", ""], ["--steps", "0"], ["--steps", "-1"], ["--log_every", "0"],
         ["--seed", "-1"], ["--threads", "0"], ["--size", "huge"], ["--precision", "fp16"]]),
-    "make_assignment": ([], [
+    "teaching.make_assignment": ([], [
         ["--out", ""], (["--out", "copy", "--parts", "nonsense"], "--parts"),
         (["--out", "FILE"], "--out"), (["--list", "extra"], "extra")]),
 }
 if not torch.cuda.is_available():       # where there is a GPU, --device cuda is valid
     SCRIPTS["electra_small"][1].append(["--device", "cuda"])
     SCRIPTS["finetune_glue"][1].append(["--device", "cuda"])
-    SCRIPTS["bench"][1].append(["--device", "cuda"])
+    SCRIPTS["benchmarks.bench"][1].append(["--device", "cuda"])
 
 CASES = [pytest.param(script, base, *(c if isinstance(c, tuple) else (c, c[0])),
                       id=f"{script}:{' '.join(c[0] if isinstance(c, tuple) else c) or 'empty'}")

@@ -1,4 +1,4 @@
-"""bench.py: the command line and its JSON, and the wiring of the Hugging Face contender.
+"""benchmarks/bench.py: the command line and its JSON, and the wiring of the Hugging Face contender.
 No test asserts a speed: timings depend on the machine; these check what is being timed."""
 import json
 import math
@@ -15,7 +15,7 @@ from config import SIZES, Config
 def test_bench_command_line_writes_positive_numbers(tmp_path):
     out = tmp_path / "bench.json"
     # one thread: on a busy 2-core machine OpenMP barriers can stall for seconds
-    r = run_cli("bench.py", "--size", "tiny", "--steps", "2", "--warmup", "1",
+    r = run_cli("benchmarks/bench.py", "--size", "tiny", "--steps", "2", "--warmup", "1",
                 "--which", "ours,bert", "--threads", "1", "--precision", "fp32", "--json", out,
                 timeout=300)
     assert r.returncode == 0, r.stderr
@@ -58,7 +58,7 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
 
 
 def test_op_counter_and_saved_bytes_count_what_they_say():
-    import step_cost
+    from benchmarks import step_cost
     lin = torch.nn.Linear(100, 50, bias=False)
     x = torch.randn(10, 100)
     with step_cost.OpCounter() as ops, step_cost.saved_bytes(lin) as saved:
@@ -72,7 +72,7 @@ def test_op_counter_and_saved_bytes_count_what_they_say():
 
 
 def test_bench_rejects_unknown_contenders():
-    r = run_cli("bench.py", "--which", "ours,gpt", timeout=60)
+    r = run_cli("benchmarks/bench.py", "--which", "ours,gpt", timeout=60)
     assert r.returncode == 2 and "gpt" in r.stderr
 
 
@@ -80,8 +80,8 @@ def test_bench_rejects_unknown_contenders():
 
 def hf_pair():
     pytest.importorskip("transformers")
-    import bench
-    from hf_electra import HFElectra
+    from benchmarks import bench
+    from benchmarks.hf_electra import HFElectra
     cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
     torch.manual_seed(0)
     return bench, cfg, HFElectra(cfg)

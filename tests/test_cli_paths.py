@@ -19,7 +19,7 @@ import torch
 
 import electra_small
 import finetune_glue
-from checkpoint import load_checkpoint
+from machinery.checkpoint import load_checkpoint
 from config import Config
 from conftest import run_cli
 

@@ -1,4 +1,4 @@
-"""step.py: the whole training step as one compiled graph, checked against the eager
+"""machinery/step.py: the whole training step as one compiled graph, checked against the eager
 train.training_step; and the training loop's promise that it never waits for the device
 between two log lines."""
 import copy
@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-import bench
+from benchmarks import bench
 import train
 from ablations import build_model
 from config import SIZES, Config
-from step import compile_step
+from machinery.step import compile_step
 
 CPU = torch.device("cpu")
 
@@ -166,7 +166,7 @@ def test_profile_writes_a_trace_and_prints_the_top_operations(data_dir, tmp_path
 def test_a_failed_compile_is_one_line_and_the_run_goes_on_eagerly(where, data_dir, tmp_path,
                                                                   monkeypatch, capsys):
     """torch.compile can fail on a setup it does not support (another torch, another GPU), when
-    step.py prepares the step or when the first call compiles it: one line, then eager steps,
+    machinery/step.py prepares the step or when the first call compiles it: one line, then eager steps,
     and the run ends as a run without --compile would."""
     import electra_small
 

@@ -10,9 +10,9 @@ import torch
 
 import batches
 import data
-import tokenize_corpus
+from machinery import tokenize_corpus
 from conftest import CORPUS, run_cli
-from tokenizer import Tokenizer
+from machinery.tokenizer import Tokenizer
 
 
 def split_stream(data_dir, split="train"):

@@ -1,5 +1,5 @@
-"""device.py: bf16 autocast only where the CPU has bf16 instructions (not emulated)."""
-import device
+"""machinery/device.py: bf16 autocast only where the CPU has bf16 instructions (not emulated)."""
+from machinery import device
 
 
 def _cpuinfo(tmp_path, line):

@@ -5,7 +5,7 @@ import socket
 import torch
 
 import batches
-from checkpoint import load_checkpoint
+from machinery.checkpoint import load_checkpoint
 from conftest import run_cli
 
 

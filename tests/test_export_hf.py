@@ -1,4 +1,4 @@
-"""Tests for export_hf.py: the exported folder's structure (config, HF parameter names and shapes,
+"""Tests for interop/export_hf.py: the exported folder's structure (config, HF parameter names and shapes,
 tokenizer.json consistent with our ranks) without transformers; with transformers, that
 ElectraForPreTraining / ElectraForMaskedLM loaded from the export give our D's and G's logits on
 real text, and that AutoTokenizer gives our ids (pairs included).
@@ -17,13 +17,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import export_hf  # noqa: E402
+from interop import export_hf  # noqa: E402
 import glue  # noqa: E402
-from checkpoint import save_checkpoint  # noqa: E402
+from machinery.checkpoint import save_checkpoint  # noqa: E402
 from config import SIZES, Config  # noqa: E402
 from conftest import generated_text, real_text  # noqa: E402
 from objectives import BERT, ELECTRA  # noqa: E402
-from tokenizer import SPECIAL_TOKENS, Tokenizer, train_bpe  # noqa: E402
+from machinery.tokenizer import SPECIAL_TOKENS, Tokenizer, train_bpe  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")               # never download
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # no warnings into captured streams
@@ -99,7 +99,7 @@ def run(*args, capsys=None):
     if capsys is not None:
         code = export_hf.main(list(map(str, args)))
         return Result(code, *capsys.readouterr())
-    return subprocess.run([sys.executable, "export_hf.py", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "interop/export_hf.py", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -161,7 +161,7 @@ def test_tokenizer_json_matches_ranks(exported, tok):
     assert result_ranks == sorted(result_ranks)                    # priority = rank of result
     assert set(result_ranks) == set(range(256, len(tok.ranks)))    # every merged token reachable
     assert j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == \
-        __import__("tokenizer").PAT_STR
+        __import__("machinery.tokenizer").tokenizer.PAT_STR
     pair = j["post_processor"]["pair"]
     assert [next(iter(x.values()))["type_id"] for x in pair] == [0, 0, 0, 1, 1]
     tc = json.loads((out / "tokenizer_config.json").read_text())

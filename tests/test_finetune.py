@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_glue as fg  # noqa: E402
 import glue  # noqa: E402
-from checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from machinery.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from encoder import EncoderConfig  # noqa: E402
 from test_glue import A, B, Y, write_glue  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""gpu_measure.sh: the GPU measurement's stages. Without a GPU only the wiring can be checked:
+"""benchmarks/gpu_measure.sh: the GPU measurement's stages. Without a GPU only the wiring can be checked:
 the script parses, refuses an unknown stage, and a stage that needs no GPU (prepare) runs at
 the smoke scale (SIZE=tiny) and leaves its files where the later stages look for them."""
 import json
@@ -8,7 +8,7 @@ import sys
 
 from conftest import ROOT
 
-SCRIPT = ROOT / "gpu_measure.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu_measure.sh"
 
 
 def stage(*args, **env):

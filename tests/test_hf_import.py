@@ -1,4 +1,4 @@
-"""Tests for hf_import.py (a Hugging Face ELECTRA folder as finetune_glue --ckpt) and wordpiece.py
+"""Tests for interop/hf_import.py (a Hugging Face ELECTRA folder as finetune_glue --ckpt) and interop/wordpiece.py
 (BERT's uncased WordPiece): our encoder on imported weights equals HF's ElectraModel, a fine-tuning
 run from an imported folder completes, bad folders fail in one line, and our WordPiece gives the
 ids of transformers' BertTokenizer on CoLA and RTE dev.
@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_glue as fg  # noqa: E402
 import glue  # noqa: E402
-from export_hf import encoder_from_hf, encoder_shapes, encoder_to_hf  # noqa: E402
+from interop.export_hf import encoder_from_hf, encoder_shapes, encoder_to_hf  # noqa: E402
 from test_glue import A, B, Y, write_glue  # noqa: E402
-from wordpiece import WordPiece, basic_tokenize  # noqa: E402
+from interop.wordpiece import WordPiece, basic_tokenize  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")               # never download
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # no warnings into captured streams

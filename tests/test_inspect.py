@@ -1,4 +1,4 @@
-"""inspect_discriminator.py: the metrics against hand-worked values, the Figure 2 trace, the
+"""analysis/inspect_discriminator.py: the metrics against hand-worked values, the Figure 2 trace, the
 zero-shot rule, and every subcommand of the command line on a tiny random checkpoint."""
 import json
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-import analyses
-import inspect_discriminator as insp
+from analysis import analyses
+from analysis import inspect_discriminator as insp
 from conftest import SHARED, run_cli, save_tiny
 from data import load_tokenizer
 
@@ -228,7 +228,7 @@ def test_every_subcommand_runs_and_writes_pngs_and_json(tiny, learnable_data_dir
     # `all` through the real command line, with ../shared's GLUE dev sets when present
     real = SHARED / "data" / "glue"
     glue = real if (real / "CoLA").is_dir() and (real / "SST-2").is_dir() else glue_dir
-    r = run_cli("inspect_discriminator.py", "all", *common, *data, "--glue_dir", glue)
+    r = run_cli("analysis/inspect_discriminator.py", "all", *common, *data, "--glue_dir", glue)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "inspect.json").read_text())
     assert 0 <= res["calibration"]["ece"] <= 1 and res["calibration"]["n_sequences"] == 5
@@ -264,7 +264,7 @@ def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
              (["--ckpt", tiny, "the cat", "--n", "0"], "positive"),
              (["cola", "--ckpt", tiny, "--glue_dir", tmp_path / "nope"], "GLUE")]
     for args, message in cases[:2]:             # the real command line: exit status, stderr
-        r = run_cli("inspect_discriminator.py", *args, "--out", tmp_path / "o")
+        r = run_cli("analysis/inspect_discriminator.py", *args, "--out", tmp_path / "o")
         assert one_error_line(r) and message in r.stderr, (args, r.stderr)
     for args, message in cases[2:]:             # the same main(), in this process (faster)
         assert insp.main([*map(str, args), "--out", str(tmp_path / "o")]) == 1, args

@@ -1,9 +1,36 @@
-"""The reading path (README): imports flow one way, and every file names its paper section."""
+"""The layout (README, "Where things are"): the core at the root, everything else in a folder
+named for what it holds; imports flow one way; every file names its place.
+
+    root          the paper's reading path - what a student reads (about 15 files)
+    machinery/    what the core leans on: tokenizer, checkpoints, devices, the command line, ...
+    analysis/     looking inside a trained D (the inspector and its analyses)
+    benchmarks/   speed and learning parity against Hugging Face's Electra, the GPU plan
+    interop/      export to and import from Hugging Face transformers
+    teaching/     student copies for a course, the annotated pages
+
+Imports flow downwards only: machinery imports nothing of the project outside itself; the core
+(the root) imports machinery, and interop only for reading a Hugging Face folder; the tools in
+analysis/, benchmarks/, interop/ and teaching/ import the core; nothing imports a benchmark or a
+teaching tool."""
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = {p.stem: p for p in ROOT.glob("*.py")}
+FOLDERS = ("machinery", "analysis", "benchmarks", "interop", "teaching")
+DESIGN_CARD = ("electra_small", "generator", "discriminator", "data", "finetune_glue")
+
+
+def module_name(path):
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+MODULES = {module_name(p): p for d in ("",) + FOLDERS for p in sorted((ROOT / d).glob("*.py"))}
+CORE = {m for m in MODULES if "." not in m and m not in FOLDERS}
+
+
+def folder(m):
+    return m.split(".")[0] if m.split(".")[0] in FOLDERS else "core"
 
 
 def imports_of(path):
@@ -11,10 +38,14 @@ def imports_of(path):
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found & MODULES.keys()
+            # `from machinery import cli` imports machinery.cli; `from config import X` config
+            found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+    return {m for m in found if m in MODULES and m not in FOLDERS}
+
+
+GRAPH = {m: imports_of(p) - {m} for m, p in MODULES.items()}
 
 
 def find_cycle(graph):
@@ -43,18 +74,59 @@ def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_imports_of_reads_both_forms(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import config\nfrom machinery import cli\ndef f():\n    from interop.hf_import import x\n")
+    assert imports_of(f) == {"config", "machinery.cli", "interop.hf_import"}
+
+
 def test_no_import_cycles():
-    graph = {m: imports_of(p) - {m} for m, p in MODULES.items()}
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    assert find_cycle(GRAPH) is None, " -> ".join(find_cycle(GRAPH))
+
+
+def test_the_root_holds_the_core_and_little_else():
+    """A newcomer's `ls`: the design card's files and the reading path, about 15 files."""
+    assert set(DESIGN_CARD) <= CORE
+    assert len(CORE) <= 16, sorted(CORE)
+    assert (ROOT / "README.md").is_file() and (ROOT / "tests").is_dir()
+    stray = [p.name for p in ROOT.iterdir() if p.suffix in (".sh", ".ipynb")]
+    assert not stray, f"scripts belong in a folder: {stray}"
+
+
+def test_imports_flow_one_way():
+    allowed = {
+        "machinery": {"machinery"},
+        "core": {"core", "machinery", "interop"},
+        "interop": {"core", "machinery", "interop"},
+        "analysis": {"core", "machinery", "analysis"},
+        "benchmarks": {"core", "machinery", "benchmarks"},
+        "teaching": {"core", "machinery", "teaching"},
+    }
+    wrong = [f"{m} imports {n}" for m, ns in GRAPH.items() for n in sorted(ns)
+             if folder(n) not in allowed[folder(m)]]
+    assert not wrong, wrong
+    # the core reaches interop only to read a Hugging Face folder as a checkpoint
+    core_to_interop = {(m, n) for m, ns in GRAPH.items() if folder(m) == "core"
+                       for n in ns if folder(n) == "interop"}
+    assert core_to_interop <= {("finetune_glue", "interop.hf_import")}, core_to_interop
 
 
 def test_the_algorithm_does_not_import_the_machinery():
     """objectives.py (§2) needs only the networks: no data, config, trainer or ablations."""
-    assert imports_of(MODULES["objectives"]) <= {"encoder", "generator", "discriminator"}
-    assert "data" not in imports_of(MODULES["config"])
+    assert GRAPH["objectives"] <= {"encoder", "generator", "discriminator"}
+    assert "data" not in GRAPH["config"]
 
 
 def test_every_file_opens_with_a_docstring_naming_its_place():
     for m, p in MODULES.items():
         doc = ast.get_docstring(ast.parse(p.read_text()))
-        assert doc and len(doc) > 80, f"{p.name} has no opening docstring"
+        assert doc and len(doc) > 80, f"{p.relative_to(ROOT)} has no opening docstring"
+
+
+def test_no_python_outside_the_known_folders():
+    known = {ROOT / d for d in ("",) + FOLDERS} | {ROOT / "tests", ROOT / "tests" / "parts"}
+    stray = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+             if p.parent not in known and not any(s.startswith(".") or s in ("data", "__pycache__")
+                                                  or s.startswith("out")
+                                                  for s in p.relative_to(ROOT).parts)]
+    assert not stray, f"a folder the layout does not know: {stray}"

@@ -1,4 +1,4 @@
-"""mlm_output.py: G's output layer, L_MLM and x̂ from one pass over p_G (§2) must give the
+"""machinery/mlm_output.py: G's output layer, L_MLM and x̂ from one pass over p_G (§2) must give the
 numbers of the plain path - encoder.MLMHead, objectives.mlm_loss, objectives.sample."""
 from dataclasses import replace
 
@@ -6,7 +6,7 @@ import torch
 
 from config import SIZES, Config
 from encoder import MLMHead
-from mlm_output import mlm_output
+from machinery.mlm_output import mlm_output
 from objectives import BERT, ELECTRA, masked_accuracy, mlm_loss, sample
 from tests.test_model import tiny_batch
 

@@ -1,4 +1,4 @@
-"""parity.py: ours and Hugging Face's ELECTRA on the same batches learn alike (tiny size)."""
+"""benchmarks/parity.py: ours and Hugging Face's ELECTRA on the same batches learn alike (tiny size)."""
 import argparse
 import math
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import parity  # noqa: E402
+from benchmarks import parity  # noqa: E402
 
 
 def test_ours_and_hf_learn_alike_on_the_same_batches(learnable_data_dir, capsys):

@@ -11,8 +11,8 @@ import pytest
 
 import batches
 import data
-import hf_data
-import tokenize_corpus
+from machinery import hf_data
+from machinery import tokenize_corpus
 from conftest import generated_text, run_cli
 
 FILES = ("train.bin", "train.sent.bin", "val.bin", "val.sent.bin", "tokenizer.tiktoken")

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tokenizer import SPECIAL_TOKENS, Tokenizer, _TRAIN_PAT, train_bpe  # noqa: E402
+from machinery.tokenizer import SPECIAL_TOKENS, Tokenizer, _TRAIN_PAT, train_bpe  # noqa: E402
 
 CORPUS = Path("/work/shared/data/corpus")
 
@@ -88,7 +88,7 @@ def test_train_is_well_formed(ranks):
 def test_train_is_deterministic(ranks):
     assert train_bpe(SAMPLE, 400) == ranks
     # Also across processes with different string-hash seeds.
-    code = ("import ast, sys; sys.path.insert(0, sys.argv[1]); from tokenizer import train_bpe; "
+    code = ("import ast, sys; sys.path.insert(0, sys.argv[1]); from machinery.tokenizer import train_bpe; "
             "print(train_bpe(ast.literal_eval(sys.stdin.read()), 400))")
     outs = set()
     for seed in ("1", "2"):

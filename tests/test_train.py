@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from checkpoint import load_checkpoint
+from machinery.checkpoint import load_checkpoint
 from config import Config
 from conftest import ROOT, run_cli
 
@@ -240,7 +240,7 @@ def test_mask_prob_reaches_the_masking(data_dir, tmp_path):
 
 def test_plain_mlm_trains_the_same_numbers_as_the_fused_output(data_dir, tmp_path):
     """--plain_mlm (objectives.sample + mlm_loss, the assignment's code path) and the default
-    fused mlm_output.py give the same losses step by step, and resume either way. Both run in
+    fused machinery/mlm_output.py give the same losses step by step, and resume either way. Both run in
     float32: under bf16 autocast (--precision auto on a CPU with AVX512-BF16) the two paths
     round differently, 1e-4 apart after four steps, so the comparison would depend on the CPU."""
     args = ["--data", data_dir, *TINY, "--max_steps", "4", "--log_every", "1",
@@ -339,7 +339,7 @@ def test_sigkill_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     script = f"""
 import sys, time, torch
 sys.path.insert(0, {str(ROOT)!r})
-from checkpoint import save_checkpoint
+from machinery.checkpoint import save_checkpoint
 save_checkpoint({str(path)!r}, {{"config": {{}}, "model": {{}}, "step": 1, "tokenizer": "x"}})
 real = torch.save
 def slow(obj, f, *a, **k):
@@ -358,7 +358,7 @@ save_checkpoint({str(path)!r}, {{"config": {{}}, "model": {{}}, "step": 2, "toke
     assert load_checkpoint(path)["step"] == 1
     leftovers = list(tmp_path.glob(".*tmp*"))
     assert len(leftovers) == 1
-    from checkpoint import remove_stale_temporaries
+    from machinery.checkpoint import remove_stale_temporaries
     assert remove_stale_temporaries(tmp_path) == [leftovers[0].name]
     assert not list(tmp_path.glob(".*tmp*")) and load_checkpoint(path)["step"] == 1
 

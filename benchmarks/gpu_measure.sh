@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Measuring ELECTRA-Small on a GPU, one stage per command (docs/gpu.md has the plan).
 #
-#   bash gpu_measure.sh carry [N]        # on the machine with the data: N corpus shards + GLUE
+#   bash benchmarks/gpu_measure.sh carry [N]        # on the machine with the data: N corpus shards + GLUE
 #                                        #   into .carry/ (default: as many as fit in 64 MiB)
-#   bash gpu_measure.sh check    [RES]   # GPU, versions, 3 tiny steps eager and --compile
-#   bash gpu_measure.sh prepare  [RES]   # the carried shards -> out_gpu/data/corpus
-#   bash gpu_measure.sh bench    [RES]   # bench.py (4 contenders), --profile, torchrun + NCCL
-#   bash gpu_measure.sh start    [RES]   # pre-train the Table 6 model in the background
-#   bash gpu_measure.sh status   [RES]   # its last progress lines, its GPU memory, log.jsonl
-#   bash gpu_measure.sh wait SEC [RES]   # sleep until the run ends or SEC pass, then status
-#   bash gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
+#   bash benchmarks/gpu_measure.sh check    [RES]   # GPU, versions, 3 tiny steps eager and --compile
+#   bash benchmarks/gpu_measure.sh prepare  [RES]   # the carried shards -> out_gpu/data/corpus
+#   bash benchmarks/gpu_measure.sh bench    [RES]   # benchmarks/bench.py (4 contenders), --profile, torchrun + NCCL
+#   bash benchmarks/gpu_measure.sh start    [RES]   # pre-train the Table 6 model in the background
+#   bash benchmarks/gpu_measure.sh status   [RES]   # its last progress lines, its GPU memory, log.jsonl
+#   bash benchmarks/gpu_measure.sh wait SEC [RES]   # sleep until the run ends or SEC pass, then status
+#   bash benchmarks/gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
 #
 # Every stage fits one 10-minute command on an H100 and writes its few result files into RES
 # (default $OUT, else out_gpu/results); what lasts between stages (prepared data, the run, its
@@ -27,7 +27,7 @@
 # SIZE=tiny shrinks every stage to a smoke run (seconds on a CPU: DEVICE=cpu SIZE=tiny), which
 # is how the stages are tested without a GPU (tests/test_gpu_measure.py).
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."    # the project root
 
 STAGE=${1:-}
 [ "$STAGE" = wait ] && { WAIT_S=${2:-500}; shift; }
@@ -107,7 +107,7 @@ stage_check() {
     echo "corpus: $(shards | wc -l) shard(s) in $CORPUS | GLUE: $GLUE | $WORKERS cores"
   } 2>&1 | tee "$RES/check.txt"
   local first; first=$(shards | head -1)
-  [ -n "$first" ] || die "no corpus shards in $CORPUS: run 'bash gpu_measure.sh carry' first"
+  [ -n "$first" ] || die "no corpus shards in $CORPUS: run 'bash benchmarks/gpu_measure.sh carry' first"
   rm -rf "$WORK/data/check"
   run check.txt $PY data.py --corpus "$first" --name check --out_root "$WORK/data" \
     --max_tokens 200000 --bpe_mb 1 --vocab_size 1000 --workers "$WORKERS" || die "data.py failed"
@@ -133,7 +133,7 @@ stage_check() {
 
 stage_prepare() {
   local n; n=$(shards | wc -l)
-  [ "$n" -gt 0 ] || die "no corpus shards in $CORPUS: run 'bash gpu_measure.sh carry' first"
+  [ "$n" -gt 0 ] || die "no corpus shards in $CORPUS: run 'bash benchmarks/gpu_measure.sh carry' first"
   rm -rf "$WORK/data/corpus"
   # shellcheck disable=SC2046
   run prepare.txt $PY data.py --corpus $(shards) --name corpus --out_root "$WORK/data" \
@@ -144,9 +144,9 @@ stage_bench() {
   [ -f "$WORK/data/corpus/meta.json" ] || die "no prepared corpus: run the prepare stage first"
   # 1. the four contenders side by side, Table 6 shape (batch 128 x 128 at SIZE=small)
   # shellcheck disable=SC2086
-  run bench.txt $PY bench.py --device "$DEVICE" --size "$SIZE" \
+  run bench.txt $PY benchmarks/bench.py --device "$DEVICE" --size "$SIZE" \
     --which ours,ours_compiled,bert,hf $BENCH_FLAGS --json "$RES/bench_gpu.json" \
-    || die "bench.py failed: see $RES/bench.txt"
+    || die "benchmarks/bench.py failed: see $RES/bench.txt"
   # 2. where an eager step's time goes: torch.profiler's top operations (the trace stays in WORK)
   rm -rf "$WORK/profile"
   run profile.txt $PY electra_small.py --data "$WORK/data/corpus" --size "$SIZE" \
@@ -262,6 +262,6 @@ EOF
 case $STAGE in
   carry) stage_carry "${2:-}" ;;
   check|prepare|bench|start|status|wait|finetune) "stage_$STAGE" ;;
-  *) echo "usage: bash gpu_measure.sh carry [N] | check|prepare|bench|start|status|finetune [RES]" \
+  *) echo "usage: bash benchmarks/gpu_measure.sh carry [N] | check|prepare|bench|start|status|finetune [RES]" \
           "| wait SECONDS [RES]" >&2; exit 2 ;;
 esac

@@ -7,8 +7,8 @@ the same random positions (objectives.mask_tokens), the same config, optimizer a
 schedule, and their losses are printed side by side. Two independent implementations that
 learn alike are evidence that neither has a bug that slows learning; a gap points at one.
 
-    python parity.py --data data/wiki00_8k --size laptop --steps 300        # ~4 min, 2 cores
-    python parity.py --data data/learnable --size tiny --steps 50 --log_every 10
+    python benchmarks/parity.py --data data/wiki00_8k --size laptop --steps 300        # ~4 min, 2 cores
+    python benchmarks/parity.py --data data/learnable --size tiny --steps 50 --log_every 10
 
 What cannot be equal: the initial weights (each library draws its own; both BERT-style), the
 generator's samples (each model samples from its own p_G), dropout masks, and HF's generator
@@ -18,6 +18,7 @@ loss, more work). So curves match in trend and level, not digit for digit. Needs
 """
 import os
 import sys
+from pathlib import Path
 import time
 from dataclasses import replace
 
@@ -26,7 +27,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-import cli
+if not __package__:   # run as a path (python benchmarks/parity.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machinery import cli
 from config import SIZES, Config, lr_at
 from ablations import build_model
 from batches import PretrainingData
@@ -40,10 +44,10 @@ def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        from hf_electra import HFElectra
+        from benchmarks.hf_electra import HFElectra
         import transformers  # noqa: F401  (hf_electra imports it lazily; fail here, clearly)
     except ImportError:
-        raise DataError("parity.py compares with Hugging Face: pip install transformers") from None
+        raise DataError("benchmarks/parity.py compares with Hugging Face: pip install transformers") from None
     data = PretrainingData(args.data, "train", 1, 8)      # just for meta.json's checks
     cfg = replace(Config(), **SIZES[args.size], vocab_size=data.meta["vocab_size"])
     data = PretrainingData(args.data, "train", cfg.batch_size, cfg.seq_len, args.seed)

@@ -1,8 +1,8 @@
 """Export a pre-trained ELECTRA to Hugging Face `transformers` (paper §2: after pre-training D is
 the model we keep; §3.2: G is a small masked LM on the same embeddings).
 
-    python export_hf.py --ckpt out/ckpt.pt --out electra-hf               # D only
-    python export_hf.py --ckpt out/ckpt.pt --out electra-hf --generator   # + G in electra-hf/generator
+    python interop/export_hf.py --ckpt out/ckpt.pt --out electra-hf               # D only
+    python interop/export_hf.py --ckpt out/ckpt.pt --out electra-hf --generator   # + G in electra-hf/generator
 
 writes what `ElectraForPreTraining.from_pretrained(DIR)` (D), `ElectraForMaskedLM.from_pretrained(
 DIR/generator)` (G) and `AutoTokenizer.from_pretrained(DIR)` read: config.json, pytorch_model.bin
@@ -26,11 +26,14 @@ from pathlib import Path
 
 import torch
 
-import cli
-from atomic import atomic_write
-from checkpoint import CheckpointError, load_checkpoint
+if not __package__:   # run as a path (python interop/export_hf.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machinery import cli
+from machinery.atomic import atomic_write
+from machinery.checkpoint import CheckpointError, load_checkpoint
 from config import Config
-from tokenizer import PAT_STR, SPECIAL_TOKENS, Tokenizer
+from machinery.tokenizer import PAT_STR, SPECIAL_TOKENS, Tokenizer
 
 
 class ExportError(Exception):

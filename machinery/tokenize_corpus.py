@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from tokenizer import Tokenizer
+from machinery.tokenizer import Tokenizer
 
 
 def split_sentences(text):

@@ -2,8 +2,8 @@
 architecture and most hyperparameters are the same as BERT's"; footnote 1: the released
 weights; their vocab.txt is BERT's 30,522-token uncased vocabulary).
 
-This project trains its own byte-level BPE (tokenizer.py). To fine-tune Google's released
-checkpoints (hf_import.py) we must cut text exactly as they were pre-trained, i.e. with BERT's
+This project trains its own byte-level BPE (machinery/tokenizer.py). To fine-tune Google's released
+checkpoints (interop/hf_import.py) we must cut text exactly as they were pre-trained, i.e. with BERT's
 tokenizer and their vocab.txt. It works in two stages, as in BERT's tokenization.py:
 
 1. Basic tokenization turns raw text into "words":
@@ -21,7 +21,7 @@ Unlike byte-level BPE this can lose information ([UNK], case, accents); in excha
 whole or few pieces. The interface is tokenizer.Tokenizer's, as glue.py and finetune_glue.py use it:
 encode, encode_batch, decode, pad_id / cls_id / sep_id / mask_id, vocab_size.
 
-Text that spells a special token ("[MASK]") is cut like any text here, as tokenizer.py does: data
+Text that spells a special token ("[MASK]") is cut like any text here, as machinery/tokenizer.py does: data
 can never inject special tokens. (transformers' BertTokenizer would map it to the special id.)
 """
 import unicodedata

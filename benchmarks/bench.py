@@ -1,10 +1,10 @@
 """Training throughput, side by side: our ELECTRA-Small, our BERT-Small, Hugging Face's Electra.
 
-    python bench.py                                  # Table 6 ELECTRA-Small, batch 128, all three
-    python bench.py --steps 5 --warmup 2             # on a 2-core CPU (about 10 s a step each)
-    python bench.py --device cuda --compile --json bench.json
-    python bench.py --device cuda --which ours,ours_compiled,bert,hf   # ours eager and compiled
-    python bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
+    python benchmarks/bench.py                                  # Table 6 ELECTRA-Small, batch 128, all three
+    python benchmarks/bench.py --steps 5 --warmup 2             # on a 2-core CPU (about 10 s a step each)
+    python benchmarks/bench.py --device cuda --compile --json bench.json
+    python benchmarks/bench.py --device cuda --which ours,ours_compiled,bert,hf   # ours eager and compiled
+    python benchmarks/bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
 
 What is measured: full optimizer steps - forward, backward, gradient clipping, AdamW - on the
 same synthetic batches (random ids from a fixed seed, [CLS] ... [SEP], masked by objectives.mask_tokens
@@ -15,9 +15,9 @@ needs above what was held before it (peak CUDA allocation; peak RSS growth on a 
 weights and Adam's state.
 
 Then three lines, side by side, that say what a step costs wherever it runs (tools read them):
-    eager ops per step: ours N, bert N, hf N        aten operations of one eager step (step_cost.py)
-    activation memory at batch B: ours X MiB, ...    bytes saved for backward (step_cost.py)
-    compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, step.py)
+    eager ops per step: ours N, bert N, hf N        aten operations of one eager step (benchmarks/step_cost.py)
+    activation memory at batch B: ours X MiB, ...    bytes saved for backward (benchmarks/step_cost.py)
+    compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, machinery/step.py)
 Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
 unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
 GPU runs one fused kernel. The compiled line comes from the compiled contender with --compile
@@ -42,21 +42,25 @@ import json
 import os
 import statistics
 import sys
+from pathlib import Path
 import time
 from dataclasses import replace
 
 import torch
 
+if not __package__:   # run as a path (python benchmarks/bench.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from objectives import mask_tokens
-from device import DeviceError, pick_device, pick_precision
-import cli
+from machinery.device import DeviceError, pick_device, pick_precision
+from machinery import cli
 from config import SIZES, Config
 from train import make_optimizer, training_step, update
-from step import compile_step
+from machinery.step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
-from hf_electra import HFElectra
-from step_cost import (OpCounter, compile_counters, measure_step_memory, saved_bytes,
+from benchmarks.hf_electra import HFElectra
+from benchmarks.step_cost import (OpCounter, compile_counters, measure_step_memory, saved_bytes,
                        sync)
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
@@ -67,7 +71,7 @@ MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
 def make_batches(cfg, n=4, seed=0):
     """n fixed synthetic batches (CPU), each masked for ELECTRA and for BERT from one seed."""
     V = cfg.vocab_size
-    pad, cls, sep, mask = V - 4, V - 3, V - 2, V - 1     # tokenizer.py puts the specials last
+    pad, cls, sep, mask = V - 4, V - 3, V - 2, V - 1     # machinery/tokenizer.py puts the specials last
     g = torch.Generator().manual_seed(seed)
     out = {k: [] for k in MASK_KW}
     for _ in range(n):
@@ -84,7 +88,7 @@ def make_batches(cfg, n=4, seed=0):
 # ----------------------------------------------------------------------------- one contender
 
 def check_compiled_step(cfg, device, precision, steps=3):
-    """Without --compile: ours' whole step (step.py) for `steps` steps through Dynamo and
+    """Without --compile: ours' whole step (machinery/step.py) for `steps` steps through Dynamo and
     AOTAutograd with backend aot_eager - the graphs Inductor would compile, run op by op, so no
     code is generated and it takes seconds. At batch <= 8: the graphs do not depend on it."""
     small = replace(cfg, batch_size=min(cfg.batch_size, 8))
@@ -108,7 +112,7 @@ class Contender:
         self.opt = make_optimizer(self.model, cfg, device)
         self.compiled, self.mode = None, "eager"
         if compile_ and name != "hf":                    # HF runs eager, as its users do
-            # the whole step as training's --compile runs it (step.py), except that a graph
+            # the whole step as training's --compile runs it (machinery/step.py), except that a graph
             # break splits the step instead of failing it, so that graph_counts can count it
             self.compiled = compile_step(update, self.model, self.opt, cfg.grad_clip, device,
                                          precision, fullgraph=False)
@@ -204,9 +208,9 @@ def parse_args(argv=None):
     p.add_argument("--which", default="ours,bert,hf",
                    help="comma list of ours, ours_compiled (ours, its step compiled), bert, hf")
     p.add_argument("--compile", action="store_true",
-                   help="ours and bert run their whole step compiled (step.py)")
+                   help="ours and bert run their whole step compiled (machinery/step.py)")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                   help="auto: bf16 autocast where the hardware has native bf16 (device.py)")
+                   help="auto: bf16 autocast where the hardware has native bf16 (machinery/device.py)")
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--json", type=cli.out_file, metavar="OUT.json",

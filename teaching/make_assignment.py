@@ -4,9 +4,9 @@ Eleven functions of the reference code, covering the paper's §2 (the algorithm)
 ablation), Appendix A (the optimizer, layer-wise decay) and Appendix E (the FLOP count), are
 marked in the source between `# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT <part>`.
 
-    python make_assignment.py --out ../electra-student                  # all eleven parts
-    python make_assignment.py --out ../hw1 --parts mask,sample,corrupt  # a first homework
-    python make_assignment.py --list                                    # the parts
+    python teaching/make_assignment.py --out ../electra-student                  # all eleven parts
+    python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt  # a first homework
+    python teaching/make_assignment.py --list                                    # the parts
 
 writes a copy of the project in which each chosen part's body is `raise NotImplementedError`
 with a short hint, an ASSIGNMENTS.md with each part's statement (the paper's equation, the
@@ -28,9 +28,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import cli
+if not __package__:   # run as a path (python teaching/make_assignment.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROOT = Path(__file__).resolve().parent
+from machinery import cli
+
+ROOT = Path(__file__).resolve().parents[1]                 # the project root
+FOLDERS = ("machinery", "analysis", "benchmarks", "interop", "teaching")    # copied with the root
 MARK = re.compile(r"^(\s*)# (BEGIN|END) ASSIGNMENT (\w+)\s*$")
 ANSWER = re.compile(r"^(\s*)# (BEGIN|END) ANSWER (\w+)\b")
 INSTRUCTOR_NOTES = ROOT / "docs" / "instructor-notes.md"    # per part: answers, mistakes
@@ -84,7 +88,7 @@ PARTS = [
          "L_MLM = E[ sum_{i in m} -log p_G(x_i | x_masked) ]",
          "logits (B, K, V), targets (B, K), weights (B, K) -> scalar: the mean of -log softmax "
          "at the targets over the used slots (weight 1), in float32. Train with "
-         "`electra_small.py --plain_mlm` to use it (else mlm_output.py computes L_MLM).",
+         "`electra_small.py --plain_mlm` to use it (else machinery/mlm_output.py computes L_MLM).",
          "cross-entropy per slot, weighted by `weights`, divided by the number of used slots",
          "Why average over used slots rather than sum - what would a sum do to λ's meaning?"),
     Part("disc_loss", "L_Disc", "objectives.py: disc_loss", "§2",
@@ -146,17 +150,17 @@ BY_NAME = {p.name: p for p in PARTS}
 # ANSWER <part>`: in a copy with the part blank it becomes these lines, which call the
 # student's function (so the copy still trains, with the student's code).
 STAND_INS = {
-    ("mlm_output.py", "sample"): [
+    ("machinery/mlm_output.py", "sample"): [
         "# x̂ from your objectives.sample (Part 2), on log p_G: the same distribution.",
         "import objectives",
         "x_hat = objectives.sample(p.log().view(B, K, -1), generator)",
         "return loss, x_hat, hits"],
 }
-# Tools that restate a part's answer and that no part needs: hf_electra.py samples with the
-# Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; bench.py and parity.py
+# Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
+# Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py
 # import it.
-LEFT_OUT = {"sample": ("bench.py", "parity.py", "hf_electra.py"),
-            "corrupt": ("bench.py", "parity.py", "hf_electra.py")}
+LEFT_OUT = {"sample": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
+            "corrupt": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py")}
 
 
 class AssignmentError(Exception):
@@ -265,16 +269,19 @@ def make_copy(out, parts):
     try:
         tmp.mkdir(parents=True)
         left_out = {f for part in parts for f in LEFT_OUT.get(part, ())}
-        for f in sorted(ROOT.glob("*.py")) + [ROOT / "requirements.txt", ROOT / "README.md"]:
-            if f.name in left_out:
+        sources = [f for d in ("",) + FOLDERS for f in sorted((ROOT / d).glob("*.py"))]
+        for f in sources + [ROOT / "requirements.txt", ROOT / "README.md"]:
+            rel = f.relative_to(ROOT).as_posix()
+            if rel in left_out:
                 continue
             text = f.read_text()
             for part in parts:
-                if BY_NAME[part].file == f.name:
+                if BY_NAME[part].file == rel:
                     text = replace_body(text, part, stub(part))
                 if f"# BEGIN ANSWER {part}" in text:
-                    text = replace_answers(text, part, STAND_INS[(f.name, part)])
-            (tmp / f.name).write_text(text)
+                    text = replace_answers(text, part, STAND_INS[(rel, part)])
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from atomic import atomic_write
+from machinery.atomic import atomic_write
 
 KIND = "electra-small-pretraining"
 VERSION = 1

@@ -1,5 +1,5 @@
 """What one training step costs, wherever it runs: time aside, the numbers that decide how fast
-a small model can go on a GPU (machinery; no paper section - bench.py prints them).
+a small model can go on a GPU (machinery; no paper section - benchmarks/bench.py prints them).
 
 A 14M-parameter model at batch 128 is bound less by its matrix products than by what surrounds
 them: every aten operation of an eager step is a separate call and, on a GPU, a kernel launch;

@@ -75,7 +75,7 @@ def mlm_output(z, token_embedding, bias, targets, weights, sample=True, generato
     if not sample:
         return loss, None, hits
     # BEGIN ANSWER sample  (objectives.sample's method restated; a student copy in which Part 2
-    # is blank calls the student's objectives.sample here instead: make_assignment.py)
+    # is blank calls the student's objectives.sample here instead: teaching/make_assignment.py)
     # The inverse CDF of objectives.sample, on the p computed above. cumsum makes a copy: p
     # itself is saved for backward.
     cdf = p.cumsum(dim=-1)

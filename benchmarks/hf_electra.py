@@ -1,6 +1,6 @@
 """Hugging Face's ELECTRA, wired the way its pre-training examples wire it, behind our model's
-interface (machinery; paper §2 in Hugging Face's code): the contender bench.py times against
-ours and the model parity.py trains beside ours. Needs the optional `transformers`.
+interface (machinery; paper §2 in Hugging Face's code): the contender benchmarks/bench.py times against
+ours and the model benchmarks/parity.py trains beside ours. Needs the optional `transformers`.
 """
 import os
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import tiktoken
 
-from atomic import atomic_write
+from machinery.atomic import atomic_write
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
 

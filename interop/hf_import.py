@@ -6,7 +6,7 @@ ELECTRA-Small and -Base on the GLUE test set).
     python finetune_glue.py --ckpt electra-small-hf --glue_dir ../shared/data/glue
 
 A Hugging Face model folder holds config.json (the sizes), the weights (pytorch_model.bin, or
-model.safetensors) and the tokenizer's vocab.txt (BERT's uncased WordPiece, see wordpiece.py).
+model.safetensors) and the tokenizer's vocab.txt (BERT's uncased WordPiece, see interop/wordpiece.py).
 load_hf_electra returns what finetune_glue.load_pretrained returns for our own checkpoints -
 (encoder weights in our Classifier's names, shapes, tokenizer, info) - so fine-tuning cannot tell
 them apart. The weights are renamed by export_hf's table, read backwards: HF's three attention
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from checkpoint import CheckpointError
+from machinery.checkpoint import CheckpointError
 from encoder import EncoderConfig
-from export_hf import encoder_from_hf, encoder_shapes
-from wordpiece import WordPiece
+from interop.export_hf import encoder_from_hf, encoder_shapes
+from interop.wordpiece import WordPiece
 
 REQUIRED = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
             "num_attention_heads", "intermediate_size", "max_position_embeddings")
@@ -81,7 +81,7 @@ def read_weights(folder):
 def read_tokenizer(folder, vocab_size):
     path = folder / "vocab.txt"
     if not path.is_file():
-        hint = "; for a folder written by export_hf.py, fine-tune its ckpt.pt instead" if \
+        hint = "; for a folder written by interop/export_hf.py, fine-tune its ckpt.pt instead" if \
             (folder / "tokenizer.json").is_file() else ""
         raise CheckpointError(f"{folder}: no vocab.txt (the WordPiece vocabulary the model was "
                               f"trained with){hint}")

@@ -1,15 +1,15 @@
 """Look inside a trained discriminator: §2 / Figure 2 traced with real tensors on your own text,
-and the command line for the intrinsic analyses of analyses.py (calibration, zero-shot CoLA and
+and the command line for the intrinsic analyses of analysis/analyses.py (calibration, zero-shot CoLA and
 SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
 
-    python inspect_discriminator.py --ckpt out/ckpt.pt "the chef ate the meal" --mask 2,meal
-    python inspect_discriminator.py figure2 --ckpt out/ckpt.pt     # "the chef cooked the meal"
-    python inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
-    python inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
-    python inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
-    python inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
-    python inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
-    python inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
+    python analysis/inspect_discriminator.py --ckpt out/ckpt.pt "the chef ate the meal" --mask 2,meal
+    python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt     # "the chef cooked the meal"
+    python analysis/inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
+    python analysis/inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
+    python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
+    python analysis/inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
+    python analysis/inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
+    python analysis/inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
 
 The head scores "replaced": P(replaced) = sigmoid(logit_t) = 1 - D(x, t), D(x, t) being the
 paper's probability that x_t is real. Measured with the Table 6 model (random weights, --threads
@@ -24,19 +24,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import cli
-from atomic import atomic_write
-from checkpoint import CheckpointError, load_checkpoint
+if not __package__:   # run as a path (python analysis/inspect_discriminator.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machinery import cli
+from machinery.atomic import atomic_write
+from machinery.checkpoint import CheckpointError, load_checkpoint
 from config import Config
 from ablations import build_model
 from batches import PretrainingData, load_split
 from data import DataError, load_meta, read_documents
 from glue import GlueError
-from analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
+from analysis.analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from objectives import Masked, corrupt, sample
-from tokenize_corpus import split_sentences
-from tokenizer import Tokenizer
+from machinery.tokenize_corpus import split_sentences
+from machinery.tokenizer import Tokenizer
 import matplotlib
 matplotlib.use("Agg")                              # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402

@@ -19,14 +19,14 @@ exactly as a pre-training step does (g_corrupt: mask_tokens, x̂ ~ p_G, corrupt)
                sit on a plateau).
   mlm          ELECTRA as a masked language model (Appendix G): D and G together give
                p_data(x | c), so D can pick the masked token among G's top-k candidates.
-The command line, the sentence view and Figure 2 are in inspect_discriminator.py.
+The command line, the sentence view and Figure 2 are in analysis/inspect_discriminator.py.
 """
 import math
 
 import numpy as np
 import torch
 
-from atomic import atomic_write
+from machinery.atomic import atomic_write
 from encoder import attention_mask
 from glue import matthews_corr, rank_average, read_split
 from objectives import corrupt, mask_tokens, sample

@@ -1,0 +1,13 @@
+"""Machinery: what the core files lean on, skipped on a first read.
+
+    tokenizer.py        byte-level BPE (tiktoken) trained on your corpus, BERT's special tokens
+    tokenize_corpus.py  text -> sentences -> token ids, one worker process per core (data.py uses it)
+    hf_data.py          reading a Hugging Face dataset for data.py --hf (optional `datasets`)
+    mlm_output.py       G's output layer, L_MLM and the sample x̂ in one pass over p_G (fast path)
+    step.py             the whole training step as one compiled graph (--compile)
+    checkpoint.py       save and load checkpoints, never half-written (atomic.py)
+    device.py           CPU / CUDA / MPS, bf16 where the hardware has it
+    distributed.py      torchrun data parallelism
+    cli.py              what each command-line flag accepts, bad input as one line
+
+Nothing here imports the core (tests/test_layout.py checks it)."""
