@@ -353,15 +353,20 @@ def _chain(first, rest):
     yield from rest
 
 
-def prepare_demo(log=print):
-    """Prepare data/demo from the built-in corpus on first use; return its folder."""
-    out = DATA_ROOT / DEMO_NAME
+def demo_dir(vocab_size=30522):
+    """The demo corpus's folder for a vocabulary: data/demo (30,522, the paper's), data/demo-8192."""
+    return DATA_ROOT / (DEMO_NAME if vocab_size == 30522 else f"{DEMO_NAME}-{vocab_size}")
+
+
+def prepare_demo(vocab_size=30522, log=print):
+    """Prepare the built-in corpus with this vocabulary on first use; return its folder."""
+    out = demo_dir(vocab_size)
     if not (out / "meta.json").exists():
         log("note: no --data given, so training on the built-in DEMO corpus (Python docstrings "
             "and docs); for real results prepare text with `python data.py --corpus FILES "
             "--name NAME` and pass --data data/NAME")
-        prepare(demo_documents(), out, source="built-in demo corpus (Python documentation)",
-                log=log)
+        prepare(demo_documents(), out, vocab_size, source="built-in demo corpus (Python "
+                "documentation)", log=log)
     return out
 
 

@@ -26,8 +26,8 @@ import torch
 from machinery import cli
 from ablations import ConfigError, build_model
 from machinery.checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
-from config import SIZES, Config
-from data import DATA_ROOT, DEMO_NAME, DataError, load_meta, load_tokenizer, prepare_demo
+from config import DEMO_VOCAB, SIZES, Config
+from data import DataError, demo_dir, load_meta, load_tokenizer, prepare_demo
 from machinery.device import DeviceError, pick_device
 from machinery.distributed import Dist
 from flops import train_flops_per_step
@@ -205,10 +205,13 @@ def _main(args, dist):
     elif ckpt_path.exists():
         raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
                         "--out_dir (nothing was overwritten)")
+    # No --data: the built-in demo corpus, with the vocabulary the recipe is sized for
+    # (config.DEMO_VOCAB: 8,192 for the laptop recipes, else the paper's 30,522).
+    demo_vocab = DEMO_VOCAB.get(args.size or "small", 30522)
     if not args.data and dist.main:      # rank 0 builds the demo corpus, the others wait
-        prepare_demo(log=say)
+        prepare_demo(demo_vocab, log=say)
     dist.barrier()
-    data_dir = Path(args.data) if args.data else DATA_ROOT / DEMO_NAME
+    data_dir = Path(args.data) if args.data else demo_dir(demo_vocab)
     meta = load_meta(data_dir)
     if resume is None:
         cfg = config_from_args(args, meta)

@@ -213,11 +213,13 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 sums = {k: dist.sum(v.float()) for k, v in sums.items()}
                 rec = log_record(sums, interval_steps, time.time() - interval_start, peak, cfg,
                                  args, st, flops_per_step, raw_model.stage, lr, dist.world)
-                left = left or off_plateau(rec)
                 if main:
                     print(progress_line(rec), flush=True)
                     log_file.write(json.dumps(rec) + "\n")
                     log_file.flush()
+                if not left and off_plateau(rec):         # said once, the first time
+                    left = True
+                    say(left_plateau_line(rec))
                 if args.hours and repeats is None:      # the step rate is measured now
                     rate = interval_steps / (time.time() - interval_start)
                     repeats = repetition_warning(
@@ -364,6 +366,14 @@ def off_plateau(r):
     """Whether the log record r shows D off the plateau (False for BERT: no D)."""
     recall, loss, h = r.get("disc_acc_replaced"), r.get("disc_loss"), r.get("disc_prior_entropy")
     return None not in (recall, loss, h) and recall >= PLATEAU_RECALL and loss < PLATEAU_LOSS * h
+
+
+def left_plateau_line(r):
+    """The line printed once, at the first log record that shows D off the plateau."""
+    return (f"step {r['step']}: D has left the plateau - it flags "
+            f"{100 * r['disc_acc_replaced']:.1f}% of the replaced tokens and L_Disc "
+            f"{r['disc_loss']:.4f} is below {PLATEAU_LOSS:g} x the plateau's "
+            f"{r['disc_prior_entropy']:.3f} (docs/plateau.md)")
 
 
 def plateau_note(r):

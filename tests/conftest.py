@@ -21,6 +21,13 @@ SHARED = ROOT.parent / "shared"
 CORPUS = SHARED / "data" / "corpus"
 sys.path.insert(0, str(ROOT))
 
+# One PyTorch thread for the tests and every command they start (OMP_NUM_THREADS is inherited).
+# The models here are small, so a second thread gains little on an idle machine; on a busy one
+# two threads wait on each other at every operation: a tiny training run measured ten times
+# slower with 2 threads than with 1 beside other jobs (docs/results.md, "Tests and CI").
+# ELECTRA_TEST_THREADS=2 gives the tests two.
+os.environ["OMP_NUM_THREADS"] = os.environ.get("ELECTRA_TEST_THREADS", "1")
+
 
 def real_text(n_chars, shard="wiki2015-00.txt.xz"):
     """The first n_chars of a ../shared corpus shard, or None when it is absent."""
@@ -56,7 +63,12 @@ def read_only(path):
     assert snapshot(path) == before, f"a test changed the shared {path}: give it its own copy"
 
 
-def run_cli(*args, timeout=300, env=None):
+# A guard against a hung test, never a speed requirement: a test asserts on steps and values,
+# and a busy or slow machine may take many times longer than an idle one without failing it.
+HANG = 1800
+
+
+def run_cli(*args, timeout=HANG, env=None):
     """Run `python <args>` in the project root; returns CompletedProcess (text)."""
     env = dict(env or os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True,

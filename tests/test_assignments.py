@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG
+
 from teaching import make_assignment as ma
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,7 +19,7 @@ def run_tests(folder, *paths):
     report = folder / "report.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     f"--junitxml={report}", *paths], cwd=folder, capture_output=True,
-                   text=True, timeout=300)
+                   text=True, timeout=HANG)
     by_file = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         stem = case.get("classname").split(".")[-1]

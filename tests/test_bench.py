@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import HANG, run_cli
 from config import SIZES, Config
 
 
@@ -17,7 +17,7 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
     # one thread: on a busy 2-core machine OpenMP barriers can stall for seconds
     r = run_cli("benchmarks/bench.py", "--size", "tiny", "--steps", "2", "--warmup", "1",
                 "--which", "ours,bert", "--threads", "1", "--precision", "fp32", "--json", out,
-                timeout=300)
+                timeout=HANG)
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     h = res["header"]
@@ -72,7 +72,7 @@ def test_op_counter_and_saved_bytes_count_what_they_say():
 
 
 def test_bench_rejects_unknown_contenders():
-    r = run_cli("benchmarks/bench.py", "--which", "ours,gpt", timeout=60)
+    r = run_cli("benchmarks/bench.py", "--which", "ours,gpt", timeout=HANG)
     assert r.returncode == 2 and "gpt" in r.stderr
 
 

@@ -6,6 +6,8 @@ import json
 from dataclasses import replace
 
 import pytest
+
+from conftest import HANG
 import torch
 
 from benchmarks import bench
@@ -151,12 +153,12 @@ def test_profile_writes_a_trace_and_prints_the_top_operations(data_dir, tmp_path
     out = tmp_path / "run"
     r = run_cli("electra_small.py", "--data", data_dir, "--size", "tiny", "--max_steps", "3",
                 "--log_every", "3", "--out_dir", out, "--threads", "1", "--profile", "1",
-                timeout=300)
+                timeout=HANG)
     assert r.returncode == 0, r.stderr
     assert "Self CPU" in r.stdout and "aten::" in r.stdout
     assert f"profile of 1 steps written to {out / 'profile_trace.json'}" in r.stdout
     assert json.loads((out / "profile_trace.json").read_text())["traceEvents"]
-    r = run_cli("electra_small.py", "--profile", "0", "--out_dir", tmp_path / "no", timeout=60)
+    r = run_cli("electra_small.py", "--profile", "0", "--out_dir", tmp_path / "no", timeout=HANG)
     assert r.returncode == 2 and "--profile" in r.stderr and not (tmp_path / "no").exists()
 
 

@@ -6,7 +6,7 @@ import torch
 
 import batches
 from machinery.checkpoint import load_checkpoint
-from conftest import run_cli
+from conftest import HANG, run_cli
 
 
 def test_ranks_read_disjoint_halves_of_the_global_batch(data_dir):
@@ -39,7 +39,7 @@ def test_torchrun_two_processes_trains_and_checkpoints(data_dir, tmp_path):
     r = run_cli("-m", "torch.distributed.run", "--nproc_per_node=2",
                 f"--master_port={free_port()}",
                 "electra_small.py", "--data", data_dir, "--out_dir", out, "--size", "tiny",
-                "--max_steps", "12", "--log_every", "4", "--threads", "1", timeout=240)
+                "--max_steps", "12", "--log_every", "4", "--threads", "1", timeout=HANG)
     assert r.returncode == 0, why(r)
     assert r.stdout.count("step 12 |") == 1            # only rank 0 prints
     ckpt = load_checkpoint(out / "ckpt.pt")

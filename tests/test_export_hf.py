@@ -21,7 +21,7 @@ from interop import export_hf  # noqa: E402
 import glue  # noqa: E402
 from machinery.checkpoint import save_checkpoint  # noqa: E402
 from config import SIZES, Config  # noqa: E402
-from conftest import generated_text, real_text  # noqa: E402
+from conftest import HANG, generated_text, real_text  # noqa: E402
 from objectives import BERT, ELECTRA  # noqa: E402
 from machinery.tokenizer import SPECIAL_TOKENS, Tokenizer, train_bpe  # noqa: E402
 
@@ -100,7 +100,7 @@ def run(*args, capsys=None):
         code = export_hf.main(list(map(str, args)))
         return Result(code, *capsys.readouterr())
     return subprocess.run([sys.executable, "interop/export_hf.py", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG)
 
 
 # ----------------------------------------------------------------------------- no transformers

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import HANG
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +65,7 @@ def tiny_ckpt(tmp_path_factory):
                  "--max_steps", "3", "--log_every", "1", "--out_dir", str(d / "out"),
                  "--threads", "1"]):
         p = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True,
-                           env=env, timeout=300)
+                           env=env, timeout=HANG)
         assert p.returncode == 0, p.stderr
     return d / "out" / "ckpt.pt"
 
@@ -278,7 +280,7 @@ def test_cli_subprocess_bad_checkpoint(tmp_path):
     res = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "finetune_glue.py", "--ckpt", str(tmp_path / "bad.pt"),
                         "--glue_dir", str(tmp_path / "g"), "--out", str(res)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HANG)
     assert_clean_failure(p.returncode, p.stdout, p.stderr, res, "bad.pt")
 
 
@@ -287,7 +289,7 @@ def test_download_fails_fast_offline(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(glue.GLUE_URLS, "rte", "http://127.0.0.1:9/RTE.zip")
     t0 = time.time()
     code, out, err = run_main(["--download", str(tmp_path / "glue"), "--tasks", "rte"], capsys)
-    assert time.time() - t0 < 15
+    assert time.time() - t0 < 60          # refused at once, not a network timeout
     assert code == 1 and len(err.strip().splitlines()) == 1 and "cannot download" in err
     assert not (tmp_path / "glue" / "RTE").exists()
     assert not list((tmp_path / "glue").iterdir())           # no half-unpacked leftovers

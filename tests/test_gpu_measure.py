@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import HANG, ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_measure.sh"
 
@@ -15,7 +15,7 @@ def stage(*args, **env):
     env = dict(os.environ, DEVICE="cpu", SIZE="tiny", PY=sys.executable, WORKERS="1",
                OMP_NUM_THREADS="1", **env)
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG)
 
 
 def test_the_script_parses_and_refuses_an_unknown_stage(tmp_path):

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import HANG
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,7 +219,7 @@ def test_finetune_cli_from_imported_folder(tmp_path):
     p = subprocess.run([sys.executable, "finetune_glue.py", "--ckpt", str(tmp_path / "hf"),
                         "--glue_dir", str(tmp_path / "g"), "--tasks", "rte", "--epochs", "1",
                         "--threads", "1", "--out", str(res)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                       text=True, timeout=HANG, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert p.returncode == 0, p.stderr
     r = json.loads(res.read_text())
     assert r["glue_tasks"] == ["rte"] and 0 <= r["tasks"]["rte"]["median"]["acc"] <= 1
@@ -269,5 +271,5 @@ def test_bad_folder_cli_subprocess(tmp_path):
     write_glue(tmp_path / "g", A, B, Y, ["RTE"])
     p = subprocess.run([sys.executable, "finetune_glue.py", "--ckpt", str(tmp_path / "hf"),
                         "--glue_dir", str(tmp_path / "g")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=HANG)
     one_line_error(p.returncode, p.stdout, p.stderr, "model_type 'roberta'")

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from conftest import HANG
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "plot_results.py")
 sys.path.insert(0, ROOT)
@@ -65,7 +67,7 @@ def inputs(tmp_path):
 
 def run(args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                          cwd=ROOT, timeout=HANG)
 
 
 def test_end_to_end_outputs(inputs, tmp_path):

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from machinery.checkpoint import load_checkpoint
+import train
 from config import Config
-from conftest import ROOT, run_cli
+from conftest import HANG, ROOT, run_cli
 
-TINY = ["--size", "tiny", "--threads", "2"]
+TINY = ["--size", "tiny", "--threads", "1"]   # one thread: a busy machine slows it least
 
 
 def read_log(out):
@@ -63,7 +64,12 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     assert at100["disc_prior_entropy"] == pytest.approx(-r_ * math.log(r_) -
                                                         (1 - r_) * math.log(1 - r_))
     assert at100["disc_loss"] < at100["disc_prior_entropy"] - 0.02, at100
-    # it left the plateau, so the run does not close with the plateau note
+    # it left the plateau: one line says so, at the first record that shows it, and the run
+    # does not close with the plateau note
+    said = [ln for ln in r.stdout.splitlines() if "D has left the plateau" in ln]
+    assert len(said) == 1 and said[0].startswith("step "), r.stdout
+    first = int(said[0].split(":")[0].split()[1])
+    assert first <= 100 and train.off_plateau(read_log(out)[first]), said
     assert "never left the plateau" not in r.stdout
 
 
@@ -135,7 +141,7 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "electra_small.py", *map(str, args), "--out_dir",
                              str(out), "--save_every", "10"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG
     while time.time() < deadline and proc.poll() is None:
         if (out / "log.jsonl").exists() and max(read_log(out), default=0) >= 23:
             break
@@ -145,7 +151,7 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
     saved = load_checkpoint(out / "ckpt.pt")["step"]
     assert 10 <= saved < 40, saved
     r = run_cli("electra_small.py", "--out_dir", out, "--resume", "--data", data_dir,
-                "--threads", "2", "--log_every", "1")
+                "--threads", "1", "--log_every", "1")
     assert r.returncode == 0, r.stderr
     assert f"resuming at step {saved}" in r.stdout
     a, b = read_log(ref), read_log(out)
@@ -157,15 +163,20 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
 def test_hours_budget_lays_the_schedule_over_wall_clock_time(data_dir, tmp_path):
     out, hours = tmp_path / "timed", 12 / 3600
     r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY,
-                "--hours", str(hours), "--log_every", "5", "--save_at", "0.5,1")
+                "--hours", str(hours), "--log_every", "1", "--save_at", "0.5,1")
     assert r.returncode == 0, r.stderr
-    ckpt = load_checkpoint(out / "ckpt.pt")
-    assert hours * 3600 <= ckpt["elapsed_s"] <= 1.02 * hours * 3600 + 0.2
-    for f in ("0.5", "1"):
-        part = load_checkpoint(out / f"ckpt_{f}.pt")
-        assert part["elapsed_s"] >= float(f) * hours * 3600
-    assert load_checkpoint(out / "ckpt_0.5.pt")["step"] < ckpt["step"]
+    # Judged in steps, not seconds (a busy machine makes each step slower, never wrong): every
+    # step but the last began before the deadline, and the last one ended after it.
     log = read_log(out)
+    budget, steps = hours * 3600, sorted(log)
+    assert all(log[s]["elapsed_s"] < budget for s in steps[:-1])
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["step"] == steps[-1] and ckpt["elapsed_s"] == log[steps[-1]]["elapsed_s"] >= budget
+    for f in ("0.5", "1"):       # each saved at the first step that reached its share
+        part = load_checkpoint(out / f"ckpt_{f}.pt")
+        assert part["elapsed_s"] >= float(f) * budget
+        assert part["step"] == 1 or log[part["step"] - 1]["elapsed_s"] < float(f) * budget
+    assert load_checkpoint(out / "ckpt_0.5.pt")["step"] < ckpt["step"]
     lrs = [log[s]["lr"] for s in sorted(log)]
     assert max(lrs) > 10 * lrs[-1] and lrs[-1] < 2e-3 * 0.05
 
@@ -175,12 +186,12 @@ def test_ctrl_c_saves_a_checkpoint(data_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "electra_small.py", "--data", str(data_dir),
                              "--out_dir", str(out), *TINY, "--log_every", "1"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG
     while time.time() < deadline and not ((out / "log.jsonl").exists() and
                                           max(read_log(out), default=0) >= 5):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130, err
     assert "continue with --resume" in err and "Traceback" not in err
     assert load_checkpoint(out / "ckpt.pt")["step"] >= 5
@@ -390,3 +401,22 @@ def test_two_stage_run_switches_half_way_through_the_hooks(data_dir, tmp_path):
     log = read_log(out)
     assert log[4]["disc_loss"] is None and log[5]["disc_loss"] is not None
     assert log[5]["lr"] < log[4]["lr"] < log[3]["lr"]     # stage two warms up again from 0
+
+
+@pytest.mark.parametrize("size, vocab", [("laptop", 8192), ("laptop_deep", 8192),
+                                         ("small", 30522), (None, 30522)])
+def test_the_demo_corpus_gets_the_vocabulary_its_recipe_needs(size, vocab, tmp_path, monkeypatch):
+    """No --data: the demo corpus is prepared with 8,192 tokens for the laptop recipes (a 30k
+    vocabulary would be 95 % of their D) and the paper's 30,522 otherwise, in separate folders."""
+    import data
+    import electra_small
+    asked = []
+
+    def fake_prepare_demo(vocab_size=30522, log=print):
+        asked.append(vocab_size)
+        raise data.DataError("stop here")      # the test needs only the question asked
+    monkeypatch.setattr(electra_small, "prepare_demo", fake_prepare_demo)
+    code = electra_small.main([*(["--size", size] if size else []), "--max_steps", "1",
+                               "--out_dir", str(tmp_path / "o")])
+    assert code == 1 and asked == [vocab]
+    assert data.demo_dir(vocab).name == ("demo" if vocab == 30522 else f"demo-{vocab}")
