@@ -91,3 +91,23 @@ def test_a_broken_link_is_caught(tmp_path):
 def test_readme_is_short():
     n = len((ROOT / "README.md").read_text().splitlines())
     assert n <= README_MAX_LINES, f"README.md has {n} lines; at most {README_MAX_LINES}"
+
+
+# Commands in the documents name scripts by their path from the project root; a file that moves
+# must take its commands with it. Scratch scripts the text says are not part of the project
+# (a sweep wrapper, a user's own script) are listed here.
+NOT_OURS = {"out_exp/sweep.py", "use_export.py"}
+COMMAND = re.compile(r"\b(?:python3?|bash)\s+([\w./-]+\.(?:py|sh))\b")
+
+
+@pytest.mark.parametrize("doc", DOCS + [ROOT / "ASSIGNMENTS.md"], ids=lambda p: p.name)
+def test_every_command_names_a_file_that_exists(doc):
+    missing = sorted({s for s in COMMAND.findall(doc.read_text())
+                      if s not in NOT_OURS and not (ROOT / s).is_file()})
+    assert not missing, f"{doc.name} runs scripts that are not there: {missing}"
+
+
+def test_a_moved_script_is_caught():
+    assert COMMAND.findall("run `python bench.py --x` then bash benchmarks/gpu_measure.sh") == \
+        ["bench.py", "benchmarks/gpu_measure.sh"]
+    assert not (ROOT / "bench.py").exists()
