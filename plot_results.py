@@ -178,11 +178,15 @@ def plateau_figure(recs, label):
     if not pts:
         raise InputError(f"{label}: no L_Disc or plateau loss in this log (a BERT run, or a "
                          "log older than the plateau's loss) - pass an ELECTRA run's log.jsonl")
+    from train import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau    # the trainer's own rule
     steps = [r["step"] for r in pts]
+    left = next((r["step"] for r in pts if off_plateau(r)), None)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
     top.plot(steps, [r["disc_loss"] for r in pts], lw=1.8, color="tab:blue", label="L_Disc")
     top.plot(steps, [r["disc_prior_entropy"] for r in pts], lw=1.5, ls="--", color="grey",
              label="the plateau's loss H(r): \"real\" everywhere")
+    top.plot(steps, [PLATEAU_LOSS * r["disc_prior_entropy"] for r in pts], lw=1, ls=":",
+             color="grey", label=f"{PLATEAU_LOSS:g} H(r): off the plateau below this ...")
     top.set_ylabel("loss")
     top.set_title(f"D on and off the plateau: {label}", fontsize=10)
     for key, name, color in [("disc_acc_replaced", "recall: replaced tokens D catches", "tab:red"),
@@ -192,6 +196,13 @@ def plateau_figure(recs, label):
         if xy:
             bottom.plot(*zip(*xy), lw=1.8 if key == "disc_acc_replaced" else 1.2, color=color,
                         label=name)
+    bottom.axhline(100 * PLATEAU_RECALL, lw=1, ls=":", color="grey",
+                   label=f"... and above {100 * PLATEAU_RECALL:g} % recall")
+    if left is not None:                # the first logged step off the plateau, on both panels
+        for ax in (top, bottom):
+            ax.axvline(left, lw=1, color="tab:green")
+        bottom.annotate(f"off the plateau: step {left:,}", (left, 92), xytext=(6, 0),
+                        textcoords="offset points", fontsize=8, color="tab:green", va="top")
     bottom.set_ylabel("%")
     bottom.set_ylim(0, 100)
     bottom.set_xlabel("step")
