@@ -312,7 +312,8 @@ main { border-top: 1px solid #e4e4e8; }
 .code { background: #f8f8fa; border-left: 1px solid #e4e4e8; min-width: 0; }
 .code pre { margin: 0; padding: .6em 1em; overflow-x: auto; line-height: 1.45; }
 .code .line { display: block; text-align: right; padding: .25em .6em 0; margin-bottom: -.4em;
-              font-size: 11px; line-height: 1.2; color: #999; font-family: system-ui, sans-serif; }
+              font-size: 11px; line-height: 1.2; color: #999; font-family: system-ui, sans-serif;
+              text-decoration: none; }
 h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background: #fff;
             border-bottom: 2px solid #e4e4e8; }
 ol.path li { margin: .5em 0; }
@@ -412,12 +413,13 @@ def render_page(k, file, root, out, libs):
             body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
             continue
         notes = markdown_html(markdown, notes_markdown(s.notes)) if s.notes else ""
-        code = ""
-        if s.code:
+        code, anchor = "", ""
+        if s.code:                  # each block can be linked to: page.html#L42, its first line
             lines = "\n".join(s.code)
-            code = (f'<span class="line">line {s.first_line}</span>'
+            anchor = f' id="L{s.first_line}"'
+            code = (f'<a class="line" href="#L{s.first_line}">line {s.first_line}</a>'
                     f'<pre class="highlight"><code>{highlight(lines, lexer, fmt)}</code></pre>')
-        body.append(f'<div class="section"><div class="notes">{notes}</div>'
+        body.append(f'<div class="section"{anchor}><div class="notes">{notes}</div>'
                     f'<div class="code">{code}</div></div>')
     body.append("</main>")
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
