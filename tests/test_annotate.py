@@ -310,6 +310,10 @@ def test_one_step_of_a_tiny_model(tmp_path, learnable_data_dir, one_thread):
                 tmp_path / "s.json")
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
     assert not (tmp_path / "s.json").exists()
+    bert = save_tiny(tmp_path / "bert.pt", load_tokenizer(learnable_data_dir), model="bert")
+    p = run_cli("teaching/one_step.py", "--ckpt", bert, "--out", tmp_path / "s.json")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "not an ELECTRA checkpoint" in p.stderr and not (tmp_path / "s.json").exists()
 
 
 # ----------------------------------------------------------------------------- a real browser
