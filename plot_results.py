@@ -7,9 +7,12 @@ Reproduces, for our own (much smaller) runs, the presentation of the ELECTRA pap
                           with the paper's Table 1 small-model points drawn faintly in grey.
   * training_curves.png -- L_MLM, L_Disc, generator and discriminator accuracy vs FLOPs.
   * table1.md           -- Table 1: Model, Train FLOPs, Params, Time + hardware, GLUE, tasks.
+  * plateau.png         -- (--plateau LOG) one ELECTRA run's L_Disc against the plateau's loss
+                          and D's recall of replaced tokens over its steps (docs/plateau.md).
 
 Usage (results JSONs come from finetune_glue.py, logs are the JSON Lines pre-training logs):
   python plot_results.py --results out/glue_*.json [--logs out/*/log.jsonl] [--out_dir plots/]
+  python plot_results.py --plateau out/log.jsonl [--out_dir plots/]
 """
 import json
 import os
@@ -164,6 +167,52 @@ def curves_figure(logs, labels):
     return fig
 
 
+def plateau_figure(recs, label):
+    """The "everything is real" plateau over one ELECTRA run's steps (docs/plateau.md): L_Disc
+    against the plateau's loss H(r) (what answering "real" everywhere scores), and D's recall
+    and precision of replaced tokens. On the plateau L_Disc sits near H(r) and recall near 0;
+    D has left it when recall rises and L_Disc falls below H(r)."""
+    pts = [r for r in recs if isinstance(r.get("step"), int)
+           and isinstance(r.get("disc_loss"), (int, float))
+           and isinstance(r.get("disc_prior_entropy"), (int, float))]
+    if not pts:
+        raise InputError(f"{label}: no L_Disc or plateau loss in this log (a BERT run, or a "
+                         "log older than the plateau's loss) - pass an ELECTRA run's log.jsonl")
+    from train import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau    # the trainer's own rule
+    steps = [r["step"] for r in pts]
+    left = next((r["step"] for r in pts if off_plateau(r)), None)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
+    top.plot(steps, [r["disc_loss"] for r in pts], lw=1.8, color="tab:blue", label="L_Disc")
+    top.plot(steps, [r["disc_prior_entropy"] for r in pts], lw=1.5, ls="--", color="grey",
+             label="the plateau's loss H(r): \"real\" everywhere")
+    top.plot(steps, [PLATEAU_LOSS * r["disc_prior_entropy"] for r in pts], lw=1, ls=":",
+             color="grey", label=f"{PLATEAU_LOSS:g} H(r): off the plateau below this ...")
+    top.set_ylabel("loss")
+    top.set_title(f"D on and off the plateau: {label}", fontsize=10)
+    for key, name, color in [("disc_acc_replaced", "recall: replaced tokens D catches", "tab:red"),
+                             ("disc_precision_replaced", "precision: flagged tokens really "
+                              "replaced", "tab:orange")]:
+        xy = [(r["step"], 100 * r[key]) for r in pts if isinstance(r.get(key), (int, float))]
+        if xy:
+            bottom.plot(*zip(*xy), lw=1.8 if key == "disc_acc_replaced" else 1.2, color=color,
+                        label=name)
+    bottom.axhline(100 * PLATEAU_RECALL, lw=1, ls=":", color="grey",
+                   label=f"... and above {100 * PLATEAU_RECALL:g} % recall")
+    if left is not None:                # the first logged step off the plateau, on both panels
+        for ax in (top, bottom):
+            ax.axvline(left, lw=1, color="tab:green")
+        bottom.annotate(f"off the plateau: step {left:,}", (left, 92), xytext=(6, 0),
+                        textcoords="offset points", fontsize=8, color="tab:green", va="top")
+    bottom.set_ylabel("%")
+    bottom.set_ylim(0, 100)
+    bottom.set_xlabel("step")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _task_key(t):
     return TASKS.index(t) if t in TASKS else len(TASKS)
 
@@ -208,26 +257,38 @@ def main(argv=None):
     ap = cli.Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", nargs="*", type=cli.nonempty, default=[], help="JSON(s) from finetune_glue.py")
     ap.add_argument("--logs", nargs="*", type=cli.nonempty, default=[], help="pre-training JSON Lines log(s)")
+    ap.add_argument("--plateau", type=cli.nonempty, default=None, metavar="LOG",
+                    help="also (or only) draw plateau.png from one ELECTRA run's log.jsonl")
     ap.add_argument("--out_dir", type=cli.out_folder, default="plots",
                     help="folder for the figures and table1.md (created if needed)")
     args = ap.parse_args(argv)
     try:  # validate every input before writing anything: no partial outputs on bad input
-        if not args.results:
-            raise InputError("no results files given — pass --results R.json [R.json ...]")
+        if not args.results and not args.plateau:
+            raise InputError("no results files given — pass --results R.json [R.json ...]"
+                             " (or --plateau LOG)")
         runs = [load_results(p) for p in args.results]
         logs = [load_log(p) for p in args.logs]
+        figs = {}
+        if args.plateau:
+            plog = load_log(args.plateau)
+            figs["plateau.png"] = plateau_figure(plog, log_labels([args.plateau], [plog])[0])
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
+        plt.close("all")
         return 2
     os.makedirs(args.out_dir, exist_ok=True)
-    figs = {"glue_vs_flops.png": glue_figure(runs)}
+    if runs:
+        figs["glue_vs_flops.png"] = glue_figure(runs)
     if logs:
         figs["training_curves.png"] = curves_figure(logs, log_labels(args.logs, logs))
-    else:
+    elif runs:
         print("note: no --logs given, skipping training_curves.png", file=sys.stderr)
     for name, fig in figs.items():
         atomic_write(os.path.join(args.out_dir, name), lambda p: fig.savefig(p, format="png"))
         plt.close(fig)
+    if not runs:                        # --plateau alone: the picture, no table
+        print(f"wrote {os.path.join(args.out_dir, 'plateau.png')}")
+        return 0
     table = table1(runs)
     atomic_write(os.path.join(args.out_dir, "table1.md"),
                   lambda p: pathlib.Path(p).write_text(table, encoding="utf-8"))

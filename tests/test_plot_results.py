@@ -189,3 +189,40 @@ def test_mixed_task_sets_are_labelled(tmp_path):
     assert "differ" in ax.get_title()
     labels = [l.get_label() for l in ax.get_lines()]
     assert "BERT [RTE]" in labels and "ELECTRA [CoLA, MRPC, STS-B, RTE]" in labels
+
+
+def plateau_log(path, model="electra", n=8):
+    """An ELECTRA log that sits on the plateau for 4 records, then leaves it."""
+    recs = [{"step": 50 * i, "flops": 1e12 * i, "model": model, "objective": "electra",
+             "mlm_loss": 7.0, "disc_loss": None if model == "bert" else
+             (0.37 if i <= 4 else 0.37 - 0.03 * (i - 4)),
+             "disc_prior_entropy": None if model == "bert" else 0.38,
+             "disc_acc_replaced": None if model == "bert" else (0.0 if i <= 4 else 0.1 * (i - 4)),
+             "disc_precision_replaced": None} for i in range(1, n + 1)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return str(path)
+
+
+def test_plateau_figure_alone_from_one_log(tmp_path):
+    log = plateau_log(tmp_path / "run" / "log.jsonl")
+    p = run(["--plateau", log, "--out_dir", str(tmp_path / "plots")])
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path / "plots")) == ["plateau.png"]      # no table, no GLUE
+    assert (tmp_path / "plots" / "plateau.png").read_bytes()[:8] == PNG_SIG
+    fig = plot_results.plateau_figure(plot_results.load_log(log), "ELECTRA")
+    top, bottom = fig.axes
+    assert list(top.lines[0].get_ydata()) == pytest.approx([0.37] * 4 + [0.34, 0.31, 0.28, 0.25])
+    assert list(top.lines[1].get_ydata()) == [0.38] * 8                 # the plateau's loss
+    assert list(bottom.lines[0].get_xdata()) == [50 * i for i in range(1, 9)]      # by step
+    assert bottom.lines[0].get_ydata()[-1] == pytest.approx(40.0)       # recall in %
+    # train.off_plateau's rule: recall >= 10 % and L_Disc < 0.9 H(r) = 0.342: first at step 250
+    assert [ln.get_xdata()[0] for ln in bottom.lines if ln.get_color() == "tab:green"] == [250]
+    plot_results.plt.close(fig)
+
+
+def test_plateau_of_a_bert_log_is_one_line_and_writes_nothing(tmp_path):
+    log = plateau_log(tmp_path / "bert" / "log.jsonl", model="bert")
+    p = run(["--plateau", log, "--out_dir", str(tmp_path / "plots")])
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+    assert "ELECTRA run" in p.stderr and not (tmp_path / "plots").exists()

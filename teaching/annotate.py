@@ -1,0 +1,513 @@
+"""The Annotated ELECTRA: the paper's reading path as web pages, the notes beside the code.
+
+Each file of the reading path (README, "Reading path"; READING_PATH below, in that order)
+becomes one page, built from the source itself so that the notes cannot drift from the code:
+
+    the file's docstring                  -> the page's introduction (it names the paper section)
+    a comment above a block of code       -> the note on the left, the block on the right
+    a function's or class's docstring     -> the note on the left of its `def` / `class`
+    a `# ===== 1. mask` banner            -> a heading across both columns
+
+Equations stay as the files write them (an indented block in a docstring or a comment is shown
+as written, in a fixed-width font). Between the notes, what a reader would rather see than read,
+all of it generated, none drawn by hand (FIGURES): Figure 2 with the tensors of a real
+checkpoint, one real step as a table of tokens (docs/one_step.json, written by
+teaching/one_step.py), the plateau of a real laptop run (docs/plateau_run.png, drawn by
+plot_results.py --plateau from a real log) and GLUE against compute.
+
+    python teaching/annotate.py                       # writes out_annotated/index.html + 13 pages
+    python teaching/annotate.py --out site/annotated  # anywhere else
+
+The folder opens from disk (file://) with no server and no network: plain HTML, one style
+sheet, the figures copied beside the pages, no script. Needs the optional Markdown renderer
+(`pip install markdown`; Pygments, the highlighter, comes with pytest); without it the command
+says so in one line. tests/test_annotate.py builds the pages and checks them; docs/annotated.md
+says how they are built and tested.
+"""
+import ast
+import html
+import inspect
+import io
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if not __package__:   # run as a path (python teaching/annotate.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machinery import cli
+
+ROOT = Path(__file__).resolve().parents[1]                 # the project root
+
+# The reading path, in the README's order: one page each, numbered in this order.
+READING_PATH = ["objectives.py", "generator.py", "discriminator.py", "encoder.py", "train.py",
+                "config.py", "optim.py", "data.py", "batches.py", "ablations.py",
+                "finetune_glue.py", "glue.py", "flops.py"]
+
+TITLE = "The Annotated ELECTRA"
+MARKER = ".annotated-electra"       # in a built folder: a rebuild may replace that folder
+
+
+@dataclass
+class Figure:
+    """A generated picture (or table) shown across both columns of a page, after its intro."""
+    src: str                # a file under the project root: a .png, or docs/one_step.json
+    caption: str            # what it shows and the command that made it (Markdown)
+    alt: str = ""
+
+
+# What a reader would rather see than read, and on which page. Every one is generated from a
+# real run; its caption says by which command.
+FIGURES = {
+    "index": [Figure(
+        "docs/figure2.png",
+        "The paper's Figure 2 drawn from the tensors of a real checkpoint (a small D trained "
+        "for 2 hours on one CPU core): `python analysis/inspect_discriminator.py all --ckpt "
+        "CKPT --data DIR` draws it for yours.", "Figure 2 with real tensors")],
+    "objectives.py": [Figure(
+        "docs/one_step.json",
+        "One real step on one short sentence: the tensors of lines 1 and 2 of the algorithm "
+        "and D's verdict, from the checkpoint of the laptop run drawn on the train.py page "
+        "(3,000 steps, D still at the edge of the plateau, so its P(replaced) hardly singles "
+        "out the replaced tokens yet). A sample equal to the original counts as real. Written "
+        "by `python teaching/one_step.py --ckpt CKPT` (command, checkpoint and date in "
+        "docs/one_step.json).", "one step as a table")],
+    "train.py": [Figure(
+        "docs/plateau_run.png",
+        "The plateau, from the log of a real laptop run (`electra_small.py --size laptop "
+        "--max_steps 3000 --threads 1`: one block of D, 8k vocabulary, Wikipedia). Within a "
+        "hundred steps D answers \"real\" everywhere with about the right bias: L_Disc sits "
+        "just under the plateau's loss H(r) and D catches under 2 % of the replaced tokens for "
+        "1,500 steps. Then it begins to read its neighbours: L_Disc falls below 0.9 H(r) at "
+        "step 2,200 and recall climbs to 9.8 % at step 3,000, just short of the 10 % of the "
+        "trainer's rule for leaving the plateau; a run with more steps leaves it. Drawn by "
+        "`python plot_results.py --plateau LOG`; the run in docs/annotated.md, the why in "
+        "docs/plateau.md.", "L_Disc and D's recall against steps")],
+    "flops.py": [Figure(
+        "docs/cpu_electra_vs_bert_glue_vs_flops.png",
+        "GLUE against pre-training compute: CPU runs of ELECTRA and BERT-Small (45 minutes "
+        "each on one core, 5 GLUE tasks subsampled) next to the paper's Table 1 points, drawn "
+        "by `plot_results.py` (command and runs in docs/results.md).",
+        "GLUE dev score against pre-training FLOPs")],
+}
+
+
+class AnnotateError(Exception):
+    """Bad input or a missing optional library: one `error:` line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------- reading a file
+
+BANNER = re.compile(r"^\s*#\s*(?:[=-]{8,}\s*(.*?)|-{2,}\s+(.*?)\s*-{4,})\s*$")   # `# ==== 1. mask`, `# -- x ----`
+KEEP_IN_CODE = re.compile(r"^\s*#\s*(BEGIN|END) (ASSIGNMENT|ANSWER)\b|^\s*#!|^\s*#\s*noqa\b")
+
+
+@dataclass
+class Section:
+    """One row of a page: notes (Markdown) on the left, code on the right, or a heading."""
+    notes: list = field(default_factory=list)      # Markdown chunks
+    code: list = field(default_factory=list)       # source lines
+    first_line: int = 0                            # source line number of the first code line
+    heading: str = ""                              # a banner: a heading across both columns
+
+
+def docstring_spans(tree, lines):
+    """{first line: (last line, text)} of every class and function docstring that stands on
+    lines of its own (1-based), and the module docstring's span, or None."""
+    spans, module = {}, None
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body
+        if not (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            continue
+        d = body[0]
+        alone = (not lines[d.lineno - 1][:d.col_offset].strip()
+                 and not lines[d.end_lineno - 1][d.end_col_offset:].strip())
+        if isinstance(node, ast.Module):
+            module = (d.lineno, d.end_lineno, d.value.value)
+        elif alone and d.lineno > node.lineno:     # not on the `def` line itself
+            spans[d.lineno] = (d.end_lineno, d.value.value)
+    return spans, module
+
+
+def comment_lines(source):
+    """{line number: comment text} of the lines that hold only a comment, outside brackets
+    (a comment inside an open bracket belongs to its expression and stays in the code)."""
+    out, depth = {}, 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        elif tok.type == tokenize.COMMENT and depth == 0 and not tok.line[:tok.start[1]].strip():
+            out[tok.start[0]] = tok.string
+    return out
+
+
+def comment_text(comment):
+    """`#   text` -> `  text`: the comment marker and one space go, further indentation stays."""
+    text = comment[1:]
+    return text[1:] if text.startswith(" ") else text
+
+
+def parse(source):
+    """(module docstring, [Section]) of a Python file: the page's content, in source order."""
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    docs, module = docstring_spans(tree, lines)
+    comments = comment_lines(source)
+    # Where a documented def/class starts (its first decorator): a new section begins there.
+    starts = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.body and node.body[0].lineno in docs:
+            starts.add(min([node.lineno] + [d.lineno for d in node.decorator_list]))
+    sections = [Section()]
+
+    def new_section():
+        if sections[-1].notes or any(l.strip() for l in sections[-1].code) or sections[-1].heading:
+            sections.append(Section())
+        sections[-1].code = []                     # blank lines before a new start are dropped
+        return sections[-1]
+
+    i = module[1] + 1 if module else 1             # 1-based line number
+    while i <= len(lines):
+        line = lines[i - 1]
+        cur = sections[-1]
+        if i in comments and not KEEP_IN_CODE.match(line):
+            banner = BANNER.match(line)
+            if banner:                             # `# ===== 1. mask`: a heading row
+                sec = new_section()
+                sec.heading = banner.group(1) or banner.group(2) or " "
+                sections.append(Section())
+            else:
+                if any(l.strip() for l in cur.code):
+                    cur = new_section()
+                cur.notes.append(comment_text(comments[i]))
+            i += 1
+        elif i in docs:                             # a docstring: the note of its def/class
+            last, text = docs[i]
+            cur.notes.append("\n\n" + inspect.cleandoc(text) + "\n\n")
+            i = last + 1
+        else:
+            if i in starts and any(l.strip() for l in cur.code):
+                cur = new_section()
+            if not cur.code and not line.strip():   # no blank lines at a block's top
+                i += 1
+                continue
+            if not cur.code:
+                cur.first_line = i
+            cur.code.append(line)
+            i += 1
+    for s in sections:                              # no blank lines at a block's end
+        while s.code and not s.code[-1].strip():
+            s.code.pop()
+    sections = [s for s in sections if s.heading or s.notes or s.code]
+    return (inspect.cleandoc(module[2]) if module else ""), sections
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def libraries():
+    """(markdown, pygments pieces), or AnnotateError naming the install command."""
+    try:
+        import markdown
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+    except ImportError as e:
+        raise AnnotateError(f"the Annotated ELECTRA needs the optional {e.name} library: "
+                            "pip install markdown pygments") from None
+    return markdown, highlight, HtmlFormatter, PythonLexer
+
+
+CODE_SPAN = re.compile(r"(`+).*?\1")
+LIST_ITEM = re.compile(r"^ {0,3}[*-] ")
+INNER_STAR = re.compile(r"(?<=\w)\*(?=\w)")                          # 2*m*n, not emphasis
+EDGE_UNDERSCORE = re.compile(r"(?<![\w`*)\]])(_\w*|\w+_)(?![\w`])")   # not h_G(x)_t
+
+
+def notes_markdown(chunks):
+    """The notes' Markdown: comment lines joined as written, docstrings as paragraphs. A name
+    that starts or ends with an underscore (`_foreach_`, `__init__`) is set as code, or
+    Markdown would read its underscores as emphasis; `x_masked` is safe as it is."""
+    lines, prev = [], ""
+    for line in "\n".join(chunks).strip("\n").split("\n"):
+        if line.startswith(("    ", "\t")):      # an indented block is shown as written
+            lines.append(line)
+            prev = line
+            continue
+        # "rules:\n  * a ...": Markdown needs a blank line before a list that follows text
+        if LIST_ITEM.match(line) and prev.rstrip().endswith(":") and not LIST_ITEM.match(prev):
+            lines.append("")
+        out, pos = [], 0
+        for span in CODE_SPAN.finditer(line):   # leave what is already code alone
+            out.append(plain(line[pos:span.start()]) + span.group(0))
+            pos = span.end()
+        lines.append("".join(out) + plain(line[pos:]))
+        prev = line
+    return "\n".join(lines).strip()
+
+
+def plain(text):
+    """Markdown that shows `text` as the source writes it: `_x_` as code, 2*m*n as is."""
+    return INNER_STAR.sub(r"\*", EDGE_UNDERSCORE.sub(r"`\1`", text))
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="teaching/annotate.py">
+<title>{title}</title>
+<link rel="stylesheet" href="style.css">
+</head>
+<body>
+<nav class="top">{nav}</nav>
+{body}
+<nav class="bottom">{nav}</nav>
+</body>
+</html>
+"""
+
+STYLE = """/* The Annotated ELECTRA: written by teaching/annotate.py (edit it there, not here). */
+*, *::before, *::after { box-sizing: border-box; }
+body { margin: 0; font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans",
+       sans-serif; color: #1d1d1f; background: #fff; }
+a { color: #0b57d0; }
+nav { display: flex; flex-wrap: wrap; gap: .4em 1.2em; align-items: baseline;
+      padding: .6em 1.2rem; background: #f4f4f6; border-bottom: 1px solid #ddd; font-size: .95em; }
+nav.bottom { border-top: 1px solid #ddd; border-bottom: none; margin-top: 2em; }
+nav .home { font-weight: 600; margin-right: auto; }
+header.intro, .wide, .index { max-width: 62rem; margin: 0 auto; padding: 1rem 1.2rem; }
+h1 { font-size: 1.8em; margin: .4em 0 .2em; }
+h1 code { font-size: .95em; }
+.lead { font-size: 1.12em; color: #333; }
+code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
+p code, li code, td code { background: #f1f1f4; padding: 0 .2em; border-radius: 3px; }
+header.intro pre, .notes pre { background: #f7f7f9; border-left: 3px solid #c9c9d6;
+      padding: .5em .8em; overflow-x: auto; line-height: 1.4; }
+figure { margin: 1.5em auto; max-width: 62rem; padding: 0 1.2rem; }
+figure.table { max-width: 84rem; }
+figure img { display: block; max-width: 100%; height: auto; margin: 0 auto;
+             border: 1px solid #e4e4e8; }
+figcaption { font-size: .92em; color: #444; margin-top: .5em; }
+.table-scroll { overflow-x: auto; border: 1px solid #e4e4e8; width: fit-content; max-width: 100%; }
+table.step { border-collapse: collapse; font-size: 14px; margin: 0; }
+table.step th, table.step td { padding: .25em .5em; border-bottom: 1px solid #eee;
+      text-align: center; white-space: nowrap; }
+table.step th { text-align: left; background: #f7f7f9; position: sticky; left: 0; }
+table.step td.m { background: #fff3c4; }
+table.step td.replaced { background: #ffd6d6; font-weight: 600; }
+/* The two columns: notes left, code right; a narrow window stacks them (see @media). */
+main { border-top: 1px solid #e4e4e8; }
+.section { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3.3fr);
+           border-bottom: 1px solid #f0f0f3; }
+.notes { padding: .4em 1.4em .4em 1.2rem; font-size: .95em; }
+.notes p:first-child { margin-top: .5em; }
+.code { background: #f8f8fa; border-left: 1px solid #e4e4e8; min-width: 0; }
+.code pre { margin: 0; padding: .6em 1em; overflow-x: auto; line-height: 1.45; }
+.code .line { display: block; text-align: right; padding: .25em .6em 0; margin-bottom: -.4em;
+              font-size: 11px; line-height: 1.2; color: #999; font-family: system-ui, sans-serif;
+              text-decoration: none; }
+h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background: #fff;
+            border-bottom: 2px solid #e4e4e8; }
+ol.path li { margin: .5em 0; }
+ol.path .file { font-weight: 600; }
+@media (max-width: 56rem) {
+  .section { grid-template-columns: minmax(0, 1fr); }
+  .code { border-left: none; border-top: 1px solid #e4e4e8; }
+  .notes { padding: .3em 1rem; }
+  body { font-size: 15px; }
+}
+"""
+
+
+def markdown_html(markdown, text):
+    """Markdown -> HTML with Python-Markdown (fenced and indented blocks as written)."""
+    return markdown.markdown(text, extensions=["fenced_code", "tables"], output_format="html")
+
+
+def page_name(file):
+    return Path(file).stem + ".html"
+
+
+def nav(k):
+    """The bar above and below page k (0-based; -1 for the index): home, position, prev/next."""
+    parts = [f'<a class="home" href="index.html">{TITLE}</a>']
+    if k >= 0:
+        parts.append(f"<span>{k + 1} / {len(READING_PATH)}</span>")
+        if k > 0:
+            prev = READING_PATH[k - 1]
+            parts.append(f'<a rel="prev" href="{page_name(prev)}">&larr; {prev}</a>')
+        if k + 1 < len(READING_PATH):
+            nxt = READING_PATH[k + 1]
+            parts.append(f'<a rel="next" href="{page_name(nxt)}">{nxt} &rarr;</a>')
+    else:
+        parts.append(f'<a rel="next" href="{page_name(READING_PATH[0])}">'
+                     f"start: {READING_PATH[0]} &rarr;</a>")
+    return " ".join(parts)
+
+
+def step_table(data):
+    """docs/one_step.json -> an HTML table: one row per tensor, one column per position."""
+    rows = data["rows"]
+    m = set(data["m"])
+    out = ['<div class="table-scroll"><table class="step">']
+    out.append("<tr><th>t</th>" + "".join(f"<td>{t}</td>" for t in range(len(rows["x"]))) + "</tr>")
+    for name, label in [("x", "x"), ("m", "m"), ("x_masked", "x_masked"), ("x_hat", "x̂ ~ p_G"),
+                        ("x_corrupt", "x_corrupt"), ("is_replaced", "is_replaced"),
+                        ("p_replaced", "1 − D(x_corrupt, t)")]:
+        cells = []
+        for t, v in enumerate(rows[name]):
+            cls = []
+            if t in m and name in ("m", "x_masked", "x_hat"):
+                cls.append("m")
+            if name in ("x_corrupt", "is_replaced") and rows["is_replaced"][t]:
+                cls.append("replaced")
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{html.escape(str(v))}</td>")
+        out.append(f"<tr><th>{html.escape(label)}</th>{''.join(cells)}</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def figure_html(fig, markdown, root, out):
+    """A figure block; copies its image into out/figures/. AnnotateError if it is missing."""
+    src = root / fig.src
+    if not src.is_file():
+        raise AnnotateError(f"{fig.src}: missing; it is generated (see FIGURES in "
+                            "teaching/annotate.py for its command)")
+    caption = markdown_html(markdown, fig.caption)
+    if src.suffix == ".json":
+        data = json.loads(src.read_text(encoding="utf-8"))
+        body, kind = step_table(data), "table"
+        caption = markdown_html(markdown, fig.caption + " " + data.get("note", ""))
+    else:
+        (out / "figures").mkdir(exist_ok=True)
+        shutil.copyfile(src, out / "figures" / src.name)
+        body, kind = (f'<a href="figures/{src.name}"><img src="figures/{src.name}" '
+                      f'alt="{html.escape(fig.alt)}"></a>', "image")     # a click: full size
+    return f'<figure class="{kind}">\n{body}\n<figcaption>{caption}</figcaption>\n</figure>'
+
+
+def render_page(k, file, root, out, libs):
+    """The HTML of page k (file); figures are copied into out."""
+    markdown, highlight, HtmlFormatter, PythonLexer = libs
+    intro, sections = parse((root / file).read_text(encoding="utf-8"))
+    lexer, fmt = PythonLexer(), HtmlFormatter(nowrap=True)
+    body = [f'<header class="intro"><h1>{k + 1}. <code>{file}</code></h1>']
+    first, _, rest = intro.partition("\n\n")                # the first paragraph leads
+    body.append(f'<div class="lead">{markdown_html(markdown, notes_markdown([first]))}</div>')
+    body.append(markdown_html(markdown, notes_markdown([rest])) + "</header>")
+    body += [figure_html(f, markdown, root, out) for f in FIGURES.get(file, [])]
+    body.append("<main>")
+    n_heading = 0
+    for s in sections:
+        if s.heading:
+            n_heading += 1
+            body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
+            continue
+        notes = markdown_html(markdown, notes_markdown(s.notes)) if s.notes else ""
+        code, anchor = "", ""
+        if s.code:                  # each block can be linked to: page.html#L42, its first line
+            lines = "\n".join(s.code)
+            anchor = f' id="L{s.first_line}"'
+            code = (f'<a class="line" href="#L{s.first_line}">line {s.first_line}</a>'
+                    f'<pre class="highlight"><code>{highlight(lines, lexer, fmt)}</code></pre>')
+        body.append(f'<div class="section"{anchor}><div class="notes">{notes}</div>'
+                    f'<div class="code">{code}</div></div>')
+    body.append("</main>")
+    return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
+
+
+def render_index(root, out, libs):
+    markdown = libs[0]
+    items = []
+    for k, file in enumerate(READING_PATH):
+        intro, _ = parse((root / file).read_text(encoding="utf-8"))
+        first = markdown_html(markdown, intro.partition("\n\n")[0])
+        first = re.sub(r"^<p>|</p>$", "", first)
+        items.append(f'<li><a class="file" href="{page_name(file)}">{file}</a> - {first}</li>')
+    body = [f'<div class="index"><h1>{TITLE}</h1>',
+            '<p class="lead">ELECTRA (Clark, Luong, Le, Manning; ICLR 2020, <em>Pre-training Text '
+            "Encoders as Discriminators Rather Than Generators</em>) read as this project's code, "
+            "in the paper's order: on every page the notes are on the left and the code they "
+            "describe on the right.</p>",
+            "<p>Every note is the source's own docstring or comment, and the pages are built "
+            "from the source files by <code>python teaching/annotate.py</code>, so they say "
+            "what the code says. The paper's sections are named in the notes; equations are "
+            "shown as the files write them. A narrow window shows each note above its "
+            "code.</p>"]
+    body += [figure_html(f, markdown, root, out) for f in FIGURES.get("index", [])]
+    body.append("<h2>The reading path</h2>")
+    body.append('<ol class="path">' + "\n".join(items) + "</ol>")
+    body.append("<p>Then the rest of the project (the command line <code>electra_small.py</code>, "
+                "<code>machinery/</code>, <code>analysis/</code>) in the source itself; the "
+                "README lists it.</p></div>")
+    return PAGE.format(title=TITLE, nav=nav(-1), body="\n".join(body))
+
+
+def build(out, root=ROOT):
+    """Write the pages into the folder `out` (replaced whole, never half-written); returns the
+    list of pages written. AnnotateError on a missing library, figure or source file."""
+    libs = libraries()
+    root, out = Path(root), Path(out)
+    missing = [f for f in READING_PATH if not (root / f).is_file()]
+    if missing:
+        raise AnnotateError(f"{root}: no {', '.join(missing)}: run from a copy of the project")
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise AnnotateError(f"{out}: a folder with other files in it; give --out a new or "
+                            "empty folder (a folder of earlier pages is replaced)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out.parent))
+    tmp.chmod(0o755)                               # mkdtemp's folder is private; pages are not
+    try:
+        pages = {"index.html": render_index(root, tmp, libs)}
+        for k, file in enumerate(READING_PATH):
+            pages[page_name(file)] = render_page(k, file, root, tmp, libs)
+        for name, text in pages.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        # Pygments' colours, then one rule of ours: the code column's own background shows
+        # through (Pygments' would paint only the lines, not the column's full height).
+        (tmp / "style.css").write_text(STYLE + libs[2](style="friendly").get_style_defs(
+            ".highlight") + "\n.code .highlight { background: transparent; }\n",
+            encoding="utf-8")
+        (tmp / MARKER).write_text("built by teaching/annotate.py; a rebuild replaces this folder\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return list(pages)
+
+
+def main(argv=None):
+    p = cli.Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=cli.out_folder, default="out_annotated",
+                   help="folder for the pages (default out_annotated; replaced if it holds "
+                        "earlier pages)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    try:
+        pages = build(args.out)
+    except AnnotateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(pages)} pages ({len(READING_PATH)} files and the index) to "
+          f"{Path(args.out) / 'index.html'} in {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
