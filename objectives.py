@@ -127,7 +127,9 @@ def sample(logits, generator: torch.Generator = None):
 
     Sampling is not differentiable, and §2 trains G by maximum likelihood only ("we don't
     back-propagate the discriminator loss through the generator"), so the logits are detached.
-    Probabilities are float32 so bf16 rounding cannot bias the sample."""
+    logits (..., V) -> int64 ids (...), one exact sample per row; logits as large as ±1000
+    must be safe, and the same `generator` seed gives the same samples. Probabilities are
+    float32 so bf16 rounding cannot bias the sample."""
     # BEGIN ASSIGNMENT sample
     # We invert the CDF: turn each slot's logits into probabilities, take their running sum
     # (the CDF), draw one u ~ U(0, 1) per slot and return the first token whose CDF exceeds u.
@@ -184,7 +186,9 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` - every non-padding token, [CLS] and [SEP] included, as the official code.
+    tokens in `mask` - every non-padding token, [CLS] and [SEP] included, as the official code;
+    every token when mask is None. A float32 scalar whatever the logits' dtype; tokens outside
+    `mask` get no gradient.
 
     D's logit scores "replaced" (discriminator.py), so D(x, t) = 1 - sigmoid(logit_t) is the
     probability of "real", and the two terms of L_Disc are one cross-entropy. The sum runs over
