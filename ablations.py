@@ -38,8 +38,10 @@ class ELECTRA15(ELECTRA):
     def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
                      segment_ids=None):
         # BEGIN ASSIGNMENT electra15
-        in_m = torch.zeros_like(scored, dtype=torch.bool).scatter(1, masked.positions,
-                                                                  masked.weights > 0)
+        # The used slots' positions: count each position's used slots (an unused slot may
+        # repeat a used position, Masked says; a sum does not depend on the order of writes).
+        in_m = torch.zeros(scored.shape, device=scored.device).scatter_add(
+            1, masked.positions, masked.weights.float()) > 0
         return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m, pad_mask,
                                     segment_ids)
         # END ASSIGNMENT electra15

@@ -92,9 +92,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, h, attn_mask=None):
         """h (B, T, hidden) -> (B, T, hidden). attn_mask (B, 1, 1, T) bool, True where a key may
-        be attended to (padding may not), or None. Each head computes
-        softmax(q k^T / sqrt(d)) v over its d = hidden / heads dimensions; the heads' outputs
-        are concatenated and projected by `out`."""
+        be attended to (padding may not), or None. qkv(h) holds q, k and v in that order, and
+        head j uses columns j d to (j + 1) d of each. Each head computes
+        softmax(q k^T / sqrt(d)) v over its d = hidden / heads dimensions, with dropout
+        self.dropout on the probabilities in training (none in eval); the heads' outputs are
+        concatenated and projected by `out`."""
         # BEGIN ASSIGNMENT attention
         B, T, H = h.shape
         # (B, T, 3 * H) -> three tensors of (B, heads, T, d): one matmul for q, k and v

@@ -32,7 +32,12 @@ def embedding_flops(vocab, emb, hidden, seq):
 
 
 def block_flops(hidden, heads, ffn, seq):
-    """One Transformer block, per token (it attends over `seq` positions)."""
+    """One post-LN Transformer block's exact FLOPs per token (it attends over `seq` positions),
+    by Appendix E's rules: a matmul of an m-vector by an m x n matrix is 2mn, a bias n, an
+    elementwise op its constant per element. Counted: q, k, v with biases; the scores; softmax,
+    dropout and the 1/sqrt(d) scale per head; the weighted sum of v; the output projection with
+    bias; the FFN's two matmuls with biases and GELU; dropout, residual and LayerNorm after
+    attention and after the FFN."""
     # BEGIN ASSIGNMENT flops
     attn = (3 * 2 * hidden * hidden + 3 * hidden        # q, k, v projections and biases
             + 2 * hidden * seq                          # q . k scores over all heads

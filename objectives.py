@@ -41,10 +41,17 @@ class Masked(NamedTuple):
 
     Every batch has the same number K of mask slots per sequence (19 for 128 tokens, as the
     official code), so every tensor has a static shape whatever the sentence lengths; a short
-    sequence leaves some slots unused (weight 0)."""
+    sequence leaves some slots unused (weight 0).
+
+    The contract for unused slots: the used slots come first and hold k distinct positions; an
+    unused slot may hold any position of the row - one no used slot holds, a special token's,
+    or a used slot's again - and its target is x at that position. Whatever it holds, nothing
+    may read it as masked or write through it: losses weight it 0, and every scatter into a
+    (B, T) tensor (corrupt, ELECTRA15, the analyses) is written so that an unused slot
+    repeating a used position cannot undo what the used slot wrote."""
     x_masked: torch.Tensor    # (B, T) x with the chosen positions replaced: G's (or BERT's) input
-    positions: torch.Tensor   # (B, K) m, the chosen positions (unused slots repeat some position)
-    targets: torch.Tensor     # (B, K) x_i at those positions: the labels of L_MLM
+    positions: torch.Tensor   # (B, K) m, the chosen positions (unused slots: any position)
+    targets: torch.Tensor     # (B, K) x at each slot's position: the labels of L_MLM
     weights: torch.Tensor     # (B, K) 1.0 for a used slot, 0.0 for an unused one
 
     def to(self, device, non_blocking=False):
@@ -70,7 +77,9 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     chosen: they carry no word to predict); k = round(mask_prob * n), rounded to the nearest
     integer (a tie at .5 may go either way: torch.round and floor(x + 0.5) are both right),
     then at least 1 and at most n and n_slots; the k positions are a uniformly random k-subset
-    (drawn without replacement), and the first k of the n_slots slots hold them.
+    (drawn without replacement), and the first k of the n_slots slots hold them. The other
+    slots get weight 0 and may hold any position (Masked says what they may not do); x_masked
+    differs from x at used positions only, and targets is x at every slot's position.
 
     The official code (pretrain_helpers.mask) differs in two details, both kept here on
     purpose: it counts [CLS] and [SEP] in n (k = 3 instead of 2 for 15 words), and it draws
@@ -106,6 +115,7 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
         rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
         shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
     shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
+    # topk's K positions are distinct, so this scatter writes each position once.
     return Masked(x.scatter(1, positions, shown), positions, targets, weights)
     # END ASSIGNMENT mask
 
@@ -117,7 +127,9 @@ def sample(logits, generator: torch.Generator = None):
 
     Sampling is not differentiable, and §2 trains G by maximum likelihood only ("we don't
     back-propagate the discriminator loss through the generator"), so the logits are detached.
-    Probabilities are float32 so bf16 rounding cannot bias the sample."""
+    logits (..., V) -> int64 ids (...), one exact sample per row; logits as large as ±1000
+    must be safe, and the same `generator` seed gives the same samples. Probabilities are
+    float32 so bf16 rounding cannot bias the sample."""
     # BEGIN ASSIGNMENT sample
     # We invert the CDF: turn each slot's logits into probabilities, take their running sum
     # (the CDF), draw one u ~ U(0, 1) per slot and return the first token whose CDF exceeds u.
@@ -138,15 +150,20 @@ def corrupt(x, masked: Masked, x_hat):
     """x_corrupt = REPLACE(x, m, x̂) and its labels is_replaced, both (B, T).
 
     Every used slot takes the generator's sample (also the 15 % of positions G saw unmasked, as
-    in the official code); unused slots write back the original token. A sample that equals the
-    original is "real" (§2: "if the generator happens to generate the correct token, that token
-    is considered 'real' instead of 'fake'"), so the labels compare x_corrupt with x."""
+    in the official code); unused slots change nothing, whatever position they hold (one a used
+    slot holds included: see Masked). A sample that equals the original is "real" (§2: "if the
+    generator happens to generate the correct token, that token is considered 'real' instead of
+    'fake'"), so the labels compare x_corrupt with x."""
     # BEGIN ASSIGNMENT corrupt
     # Why not ask "was this position in m": early in training, when G is poor, the two labels
     # hardly differ; later G is right ~60 % of the time, and labelling those tokens "replaced"
     # would teach D to flag perfectly good text.
-    x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)
-    x_corrupt = x.scatter(1, masked.positions, x_hat)
+    # Unused slots may repeat a used position, and a scatter's result at a position written
+    # twice depends on the order of the writes: so they write into a spare column T, past the
+    # end of the row, which is then dropped. The result does not depend on the order.
+    T = x.shape[1]
+    where = torch.where(masked.weights > 0, masked.positions, T)
+    x_corrupt = F.pad(x, (0, 1)).scatter(1, where, x_hat)[:, :T]
     return x_corrupt, x_corrupt != x
     # END ASSIGNMENT corrupt
 
@@ -169,7 +186,9 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` - every non-padding token, [CLS] and [SEP] included, as the official code.
+    tokens in `mask` - every non-padding token, [CLS] and [SEP] included, as the official code;
+    every token when mask is None. A float32 scalar whatever the logits' dtype; tokens outside
+    `mask` get no gradient.
 
     D's logit scores "replaced" (discriminator.py), so D(x, t) = 1 - sigmoid(logit_t) is the
     probability of "real", and the two terms of L_Disc are one cross-entropy. The sum runs over

@@ -65,6 +65,9 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One update of every parameter with a gradient, in place: m <- β1 m + (1-β1) g,
+        v <- β2 v + (1-β2) g², θ <- θ - η (m / (√v + ε) + w θ), with m and v (zero at the
+        start) updated in place and no division by 1 - β^t."""
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -207,7 +207,7 @@ def scoring(model, tok, cfg, sents, n, seed):
         xc, _, m = g_corrupt(model, tok, cfg, x, pad_mask, None, g)
         # the random variant puts uniform non-special tokens at G's positions: same edits
         r = torch.randint(0, cfg.vocab_size - 4, m.positions.shape, generator=g)
-        xr = x.scatter(1, m.positions, torch.where(m.weights > 0, r, m.targets))
+        xr, _ = corrupt(x, m, r)
         for row, i in enumerate(idx):
             gen[i], rnd[i] = xc[row, :len(orig[i])].tolist(), xr[row, :len(orig[i])].tolist()
     shuf = [encode(tok, " " + " ".join(rng.permutation(tok.decode(s[1:-1]).split())),

@@ -6,6 +6,7 @@ import os
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")           # HF builds from a config; never download
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -41,8 +42,9 @@ class HFElectra(nn.Module):
     def forward(self, x, masked, pad_mask=None, segment_ids=None):
         x_masked, positions, targets, weights = masked
         # HF's MLM loss: labels -100 (ignored) everywhere but the used mask slots.
-        labels = torch.where(weights > 0, targets, -100)
-        labels = torch.full_like(x, -100).scatter(1, positions, labels)
+        # (A sum over slots finds the used positions whatever the unused slots hold.)
+        used = torch.zeros(x.shape, device=x.device).scatter_add(1, positions, weights.float()) > 0
+        labels = torch.where(used, x, -100)
         inp = dict(attention_mask=None if pad_mask is None else pad_mask.long(),
                    token_type_ids=segment_ids)
         g = self.generator(input_ids=x_masked, labels=labels, **inp)
@@ -51,7 +53,10 @@ class HFElectra(nn.Module):
             logits = torch.gather(g.logits, 1, positions[..., None].expand(-1, -1, V))
             u = torch.rand(logits.shape, device=logits.device).clamp(1e-9, 1 - 1e-7)
             x_hat = (logits.float() - torch.log(-torch.log(u))).argmax(-1)
-            x_corrupt = x.scatter(1, positions, torch.where(weights > 0, x_hat, targets))
+            # unused slots write into a spare column T, dropped: they cannot undo a used one
+            T = x.shape[1]
+            x_corrupt = F.pad(x, (0, 1)).scatter(1, torch.where(weights > 0, positions, T),
+                                                 x_hat)[:, :T]
             is_replaced = (x_corrupt != x).long()    # a sample equal to the original is "real"
         # HF averages L_Disc over attention_mask's real tokens, as ours over pad_mask's
         d = self.discriminator(input_ids=x_corrupt, labels=is_replaced, **inp)

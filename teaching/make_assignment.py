@@ -38,6 +38,7 @@ FOLDERS = ("machinery", "analysis", "benchmarks", "interop", "teaching")    # co
 MARK = re.compile(r"^(\s*)# (BEGIN|END) ASSIGNMENT (\w+)\s*$")
 ANSWER = re.compile(r"^(\s*)# (BEGIN|END) ANSWER (\w+)\b")
 INSTRUCTOR_NOTES = ROOT / "docs" / "instructor-notes.md"    # per part: answers, mistakes
+LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")            # a Markdown link: [text](target)
 
 
 @dataclass
@@ -58,45 +59,59 @@ class Part:
 
 
 PARTS = [
+    # Each part states one contract: the same in ASSIGNMENTS.md (contract), the function's
+    # docstring and its test file, which accepts every body the contract allows. The hint is the
+    # one line a blank body raises: it says what to compute, never how the reference computes it.
     Part("mask", "Choose the positions to mask", "objectives.py: mask_tokens", "§2, Appendix A",
          "m = k distinct positions drawn uniformly from the n real tokens, k = round(0.15 n);  "
          "x_masked = REPLACE(x, m, [MASK])",
          "x (B, T) ids -> Masked(x_masked, positions, targets, weights): n = the real tokens of "
          "a row (never a special token); k = round(mask_prob * n) to the nearest integer (a tie "
          "at .5 either way), at least 1, at most n and K; k distinct positions, uniformly at "
-         "random, in the first k of K fixed slots (unused slots weight 0); of the chosen, "
-         "replace_prob show [MASK], random_prob a random id below n_random, the rest themselves.",
-         "n = real tokens per row; k = torch.round(mask_prob * n) or floor(mask_prob * n + 0.5) "
-         "(both pass), clamped to [1, min(n, K)]; give every real token a random score, take "
-         "the top K, weight the first k",
+         "random, in the first k of K fixed slots (weight 1); the unused slots (weight 0) may "
+         "hold any position, a used one again included; targets = x at every slot's position; "
+         "x_masked differs from x at used positions only: of them, replace_prob show [MASK], "
+         "random_prob a random id below n_random, the rest themselves. The same `generator` "
+         "seed gives the same mask.",
+         "return Masked: per row, k = round(mask_prob * n) of the n real tokens chosen uniformly "
+         "at random without repeats, in the first k slots, and x_masked showing [MASK], a random "
+         "id or the token itself at them",
          "Why does ELECTRA keep 15 % of the chosen tokens unmasked instead of BERT's 10/10 split?"),
     Part("sample", "Sample from the generator", "objectives.py: sample", "§2",
          "x̂_i ~ p_G(x_i | x_masked) = softmax(logits)  (temperature 1)",
-         "logits (..., V) -> int64 ids (...), one exact sample per row, no gradient; the same "
-         "`generator` seed gives the same samples. Training samples with your function.",
-         "draw one id per row with probability softmax(logits), with random numbers from "
-         "`generator` (two exact ways: invert the CDF, or the Gumbel-max trick)",
+         "logits (..., V) -> int64 ids (...), one exact sample per row of softmax(logits), no "
+         "gradient, safe for logits as large as ±1000; the same `generator` seed gives the same "
+         "samples. Training samples with your function.",
+         "return one id per row of logits, drawn with probability softmax(logits), using the "
+         "random numbers of `generator`",
          "Why sample at all - what would D learn if G's argmax filled every masked position?"),
     Part("corrupt", "Build x_corrupt and its labels", "objectives.py: corrupt", "§2",
          "x_corrupt = REPLACE(x, m, x̂);  is_replaced_t = 1(x_corrupt_t != x_t)",
-         "x (B, T), masked, x_hat (B, K) -> (x_corrupt (B, T), is_replaced (B, T) bool). Unused "
-         "slots change nothing; a sample equal to the original is real.",
-         "scatter the samples of used slots into x; compare with x",
+         "x (B, T), masked, x_hat (B, K) -> (x_corrupt (B, T), is_replaced (B, T) bool), x left "
+         "unchanged. Each used slot's position takes its sample; unused slots change nothing, "
+         "whatever position they hold (one a used slot holds included: see Masked); a sample "
+         "equal to the original is real.",
+         "return x_corrupt, x with each used slot's position holding that slot's sample, and "
+         "is_replaced, True where x_corrupt differs from x",
          "Early in training G is almost never right. Late in training it is right ~60 % of the "
          "time. What would labelling by 'was in m' teach D then?"),
     Part("mlm_loss", "L_MLM", "objectives.py: mlm_loss", "§2",
          "L_MLM = E[ sum_{i in m} -log p_G(x_i | x_masked) ]",
          "logits (B, K, V), targets (B, K), weights (B, K) -> scalar: the mean of -log softmax "
-         "at the targets over the used slots (weight 1), in float32. Train with "
-         "`electra_small.py --plain_mlm` to use it (else machinery/mlm_output.py computes L_MLM).",
-         "cross-entropy per slot, weighted by `weights`, divided by the number of used slots",
+         "at the targets over the used slots (weight 1), in float32 whatever the logits' dtype. "
+         "Train with `electra_small.py --plain_mlm` to use it (else machinery/mlm_output.py "
+         "computes L_MLM).",
+         "return the mean over the used slots of -log p_G(target), p_G = softmax(logits), as a "
+         "float32 scalar",
          "Why average over used slots rather than sum - what would a sum do to λ's meaning?"),
     Part("disc_loss", "L_Disc", "objectives.py: disc_loss", "§2",
          "L_Disc = E[ sum_t -1(x_corrupt_t = x_t) log D(x_corrupt, t) "
          "- 1(x_corrupt_t != x_t) log(1 - D(x_corrupt, t)) ]",
          "logits (B, T) scoring 'replaced' (D(x, t) = 1 - sigmoid(logit)), is_replaced (B, T), "
-         "mask (B, T) bool or None -> scalar: mean binary cross-entropy over the tokens in mask.",
-         "binary cross-entropy with logits, averaged over `mask`",
+         "mask (B, T) bool or None -> scalar in float32: the mean over the tokens in mask (all "
+         "tokens when None) of the binary cross-entropy; tokens outside mask get no gradient.",
+         "return the mean over the tokens in `mask` of -log D (real tokens) or -log(1 - D) "
+         "(replaced ones), D = 1 - sigmoid(logit), as a float32 scalar",
          "85-90 % of tokens are real. What loss does 'everything is real' already reach, and "
          "why do small runs sit there first (docs/plateau.md)?"),
     Part("joint_loss", "The joint loss L_MLM + λ L_Disc", "objectives.py: ELECTRA.forward",
@@ -104,44 +119,58 @@ PARTS = [
          "min_{θG, θD} sum_x L_MLM(x, θG) + λ L_Disc(x, θD),  λ = 50",
          "Use self.generate(masked, ...) -> (L_MLM, x̂, stats), corrupt(...) without gradient, "
          "self.discriminate(x, x_corrupt, is_replaced, masked, scored, ...) with `scored` every "
-         "real token; set `loss`, `loss_mlm`, `loss_disc`, `stats` and `d_stats`.",
-         "generate, corrupt under torch.no_grad(), discriminate over all real tokens, add λ·L_Disc",
+         "real token; set `loss` = L_MLM + λ L_Disc (λ = self.disc_weight), `loss_mlm`, "
+         "`loss_disc`, `stats` and `d_stats`.",
+         "set loss = L_MLM + λ L_Disc, where D reads x_corrupt made from G's samples without "
+         "gradient and L_Disc scores every real token",
          "The paper does not back-propagate L_Disc into G. Could it? What would G learn?"),
     Part("attention", "Multi-head self-attention", "encoder.py: SelfAttention.forward",
          "§2 (the Transformer encoder)",
          "Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V, per head, heads concatenated",
-         "h (B, T, H) -> (B, T, H) with self.qkv (H -> 3H), self.heads heads of d = H / heads, "
-         "attn_mask (B, 1, 1, T) True where attention is allowed (or None), self.out (H -> H).",
-         "project to q, k, v; split heads; softmax(q k^T / sqrt(d)) v with the mask; merge; out",
+         "h (B, T, H) -> (B, T, H) with self.qkv (H -> 3H: q, k, v in that order, head j at "
+         "columns j d to (j + 1) d of each), self.heads heads of d = H / heads, attn_mask "
+         "(B, 1, 1, T) True where attention is allowed (or None), self.out (H -> H); in "
+         "training, dropout self.dropout on the attention probabilities (none in eval).",
+         "return out(the heads' softmax(q k^T / sqrt(d)) v, concatenated), with masked keys "
+         "getting no attention",
          "Why divide by sqrt(d)? What happens to the softmax's gradient without it?"),
     Part("adam", "Adam without bias correction", "optim.py: AdamWeightDecay.step",
          "Appendix A (the official optimizer)",
          "m <- β1 m + (1-β1) g;  v <- β2 v + (1-β2) g²;  θ <- θ - η (m / (sqrt(v) + ε) + w θ)",
          "Update every tensor in `params` in place from `grads`, the moments `m` and `v` (lists "
-         "of tensors, zero at the start), with b1, b2, lr, eps, wd; no division by 1 - β^t.",
-         "m, v as exponential averages; the update m / (sqrt(v) + eps) plus wd * θ; θ -= lr * it",
+         "of tensors, zero at the start, updated in place), with b1, b2, lr, eps, wd; no "
+         "division by 1 - β^t.",
+         "update m, v and every θ in place by the three lines of the equation, without bias "
+         "correction",
          "Is the uncorrected step larger or smaller than AdamW's at step 10? (optim.py)"),
     Part("layer_decay", "Layer-wise learning-rate decay", "finetune_glue.py: layerwise_param_groups",
          "Appendix A, Table 7 (layer-wise LR decay 0.8)",
          "lr(depth) = lr · 0.8^(L + 2 - depth): head L + 2, block i at i + 1, embeddings 0",
          "Fill `groups`: one dict per distinct power, {'params', 'names', 'lr'}, keyed by the "
-         "power; rule 'official' as above, rule 'stated' with block i at i + 2, embeddings at 1.",
-         "a depth per parameter name (head., encoder.blocks.<i>., else embeddings), then group",
+         "power, every parameter in exactly one; rule 'official' as above (head.* at L + 2, "
+         "encoder.blocks.<i>.* at i + 1, everything else - the embeddings and encoder.proj - at "
+         "0), rule 'stated' with block i at i + 2, the rest at 1.",
+         "put every parameter in groups[power], power = L + 2 - its depth, with lr * decay ** "
+         "power",
          "Why should the lower layers move less during fine-tuning?"),
     Part("electra15", "Ablation: ELECTRA 15%", "ablations.py: ELECTRA15.discriminate", "§3.5",
          "L_Disc summed over i in m only, instead of t = 1..n",
-         "Same arguments as ELECTRA.discriminate; narrow `scored` to the used mask slots and "
-         "call the parent's discriminate.",
-         "a (B, T) bool of the used positions in m, and-ed with scored",
+         "Same arguments as ELECTRA.discriminate; call the parent's discriminate with `scored` "
+         "narrowed to the positions of the used mask slots (an unused slot may hold a used "
+         "slot's position: it must not unmark it).",
+         "call the parent's discriminate with `scored` kept only at the positions of the used "
+         "slots of m",
          "Table 5: ELECTRA 15% loses most of ELECTRA's gain. Why does scoring all tokens help "
          "so much more than the extra compute would suggest?"),
     Part("flops", "FLOPs of a Transformer block", "flops.py: block_flops", "Appendix E",
          "a matmul of an m-vector by an m x n matrix costs 2mn; elementwise ops by their "
          "operations (LAYER_NORM, GELU, SOFTMAX, DROPOUT per element)",
-         "(hidden, heads, ffn, seq) -> FLOPs per token of one post-LN block: q, k, v, scores, "
-         "softmax + dropout + scale per head, weighted sum, output projection, FFN, the two "
-         "dropout + residual + LayerNorm.",
-         "add up attention (projections, scores, softmax, values, output) and the FFN",
+         "(hidden, heads, ffn, seq) -> the exact FLOPs per token of one post-LN block: q, k, v "
+         "with biases, scores, softmax + dropout + scale per head, weighted sum, output "
+         "projection with bias, FFN (both matmuls with biases, GELU), the two dropout + "
+         "residual + LayerNorm.",
+         "return the FLOPs per token of one block, every matmul, bias and elementwise operation "
+         "of attention and the FFN counted",
          "Which term grows with the sequence length, and at what length does it match the FFN?"),
 ]
 BY_NAME = {p.name: p for p in PARTS}
@@ -242,6 +271,28 @@ def assignments_md(parts):
     return "\n".join(out)
 
 
+def unlink_missing(text, md_file):
+    """Markdown text (of md_file, in a copy) with every relative link whose target the copy
+    lacks turned into its plain text, so that every link left resolves."""
+    def plain(m):
+        target = m.group(2)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):   # web, anchor
+            return m.group(0)
+        return m.group(0) if (md_file.parent / target.split("#")[0]).exists() else m.group(1)
+    return LINK.sub(plain, text)
+
+
+def copy_note(parts, left_out):
+    """The lines put under the title of a copy's README: what the copy is, and what it lacks
+    of what the README goes on to describe."""
+    missing = sorted(left_out) + [INSTRUCTOR_NOTES.relative_to(ROOT).as_posix()]
+    return ["", f"> **A student copy** of this project, with {len(parts)} part(s) to write "
+            f"({', '.join(parts)}): [ASSIGNMENTS.md](ASSIGNMENTS.md) says what each is and how "
+            f"it is graded. The text below describes the whole project; this copy leaves out "
+            f"{', '.join(f'`{m}`' for m in missing)}, and of the tests it holds the grading "
+            f"files `tests/parts/` and the fixtures `tests/conftest.py` only."]
+
+
 def write_md():
     """Regenerate the repository's ASSIGNMENTS.md (all parts) after editing PARTS."""
     (ROOT / "ASSIGNMENTS.md").write_text(assignments_md([p.name for p in PARTS]))
@@ -270,7 +321,8 @@ def make_copy(out, parts):
     try:
         tmp.mkdir(parents=True)
         left_out = {f for part in parts for f in LEFT_OUT.get(part, ())}
-        sources = [f for d in ("",) + FOLDERS for f in sorted((ROOT / d).glob("*.py"))]
+        sources = [f for d in ("",) + FOLDERS for ext in ("*.py", "*.sh")
+                   for f in sorted((ROOT / d).glob(ext))]
         for f in sources + [ROOT / "requirements.txt", ROOT / "README.md"]:
             rel = f.relative_to(ROOT).as_posix()
             if rel in left_out:
@@ -289,6 +341,11 @@ def make_copy(out, parts):
         shutil.copytree(ROOT / "docs", tmp / "docs",          # the README's links resolve
                         ignore=shutil.ignore_patterns(INSTRUCTOR_NOTES.name))   # not the answers
         (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
+        readme = (tmp / "README.md").read_text().split("\n")
+        (tmp / "README.md").write_text("\n".join(readme[:1] + copy_note(parts, left_out)
+                                                 + readme[1:]))
+        for md in tmp.rglob("*.md"):             # links to what the copy lacks: plain text
+            md.write_text(unlink_missing(md.read_text(), md))
         if out.exists():
             out.rmdir()
         tmp.rename(out)                          # all or nothing

@@ -1,5 +1,6 @@
 """teaching/make_assignment.py: student copies fail exactly the blanked parts' tests, a filled-in part
 passes its tests, and plausible wrong answers fail them (issue: teaching, §1)."""
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -76,65 +77,217 @@ def torch_round_mask():
     return body
 
 
-def test_filled_parts_pass_with_the_reference_or_another_correct_answer(tmp_path):
-    out = tmp_path / "student"
-    ma.make_copy(out, ["disc_loss", "sample", "adam", "mask"])
-    fill(out, "mask", torch_round_mask())                    # the reference: floor(x + 0.5)
-    fill(out, "disc_loss", ma.reference_body("disc_loss"))
-    fill(out, "sample", [                                    # the Gumbel-max trick, not the CDF
+def swap(part, old, new):
+    """The reference body of part with `old` replaced by `new` (which must occur)."""
+    ref = ma.reference_body(part)
+    body = [l.replace(old, new) for l in ref]
+    assert body != ref, (part, old)
+    return body
+
+
+# Correct answers other than the reference, as students write them: each round is one student
+# copy with these parts blank and filled in, and every test of theirs must pass.
+ALTERNATIVES = [{
+    # a per-row randperm; unused slots repeat the first chosen position (Masked allows it)
+    "mask": [
+        "B, T = x.shape",
+        "is_real = torch.ones_like(x, dtype=torch.bool)",
+        "for s in special_ids:",
+        "    is_real &= x != s",
+        "positions = torch.zeros(B, n_slots, dtype=torch.long)",
+        "weights = torch.zeros(B, n_slots)",
+        "x_masked = x.clone()",
+        "u = torch.rand(B, n_slots, generator=generator)",
+        "rnd = torch.randint(0, n_random or 1, (B, n_slots), generator=generator)",
+        "for b in range(B):",
+        "    real = is_real[b].nonzero().flatten()",
+        "    k = min(max(int(mask_prob * len(real) + 0.5), 1), len(real), n_slots)",
+        "    chosen = real[torch.randperm(len(real), generator=generator)[:k]]",
+        "    positions[b, :k] = chosen",
+        "    positions[b, k:] = chosen[0]",
+        "    weights[b, :k] = 1.0",
+        "    shown = torch.where(u[b, :k] < replace_prob + random_prob, rnd[b, :k], x[b, chosen])",
+        "    x_masked[b, chosen] = torch.where(u[b, :k] < replace_prob, mask_id, shown)",
+        "return Masked(x_masked, positions, x.gather(1, positions), weights)"],
+    # the Gumbel-max trick, not the inverse CDF
+    "sample": [
         "u = torch.rand(logits.shape, generator=generator).clamp(1e-12, 1 - 1e-7)",
-        "return (logits.detach().float() - torch.log(-torch.log(u))).argmax(-1)"])
-    fill(out, "adam", [                                      # a plain loop, no _foreach
+        "return (logits.detach().float() - torch.log(-torch.log(u))).argmax(-1)"],
+    # indexing instead of a scatter: only the used slots write
+    "corrupt": [
+        "x_corrupt = x.clone()",
+        "used = masked.weights > 0",
+        "rows = torch.arange(x.shape[0])[:, None].expand_as(masked.positions)",
+        "x_corrupt[rows[used], masked.positions[used]] = x_hat[used]",
+        "return x_corrupt, x_corrupt != x"],
+    # log-softmax and gather instead of F.cross_entropy
+    "mlm_loss": [
+        "log_p = torch.log_softmax(logits.float(), dim=-1)",
+        "nll = -log_p.gather(-1, targets[..., None]).squeeze(-1)",
+        "return (nll * weights).sum() / weights.sum()"],
+    # L_Disc written out as the paper's two terms, D = 1 - sigmoid(logit) = sigmoid(-logit)
+    "disc_loss": [
+        "z, rep = logits.float(), is_replaced.float()",
+        "loss = -(1 - rep) * F.logsigmoid(-z) - rep * F.logsigmoid(z)",
+        "return loss.mean() if mask is None else loss[mask].mean()"],
+    # detach instead of no_grad; pad_mask read directly
+    "joint_loss": [
+        "loss_mlm, x_hat, stats = self.generate(masked, **inp)",
+        "x_corrupt, is_replaced = corrupt(x, masked, x_hat.detach())",
+        "scored = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask",
+        "loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,",
+        "                                          **inp)",
+        "loss = loss_mlm + self.disc_weight * loss_disc"],
+    # the softmax written out instead of scaled_dot_product_attention
+    "attention": [
+        "B, T, H = h.shape",
+        "d = H // self.heads",
+        "q, k, v = (t.reshape(B, T, self.heads, d).transpose(1, 2)",
+        "           for t in self.qkv(h).split(H, dim=-1))",
+        "scores = q @ k.transpose(-2, -1) / d ** 0.5",
+        "if attn_mask is not None:",
+        "    scores = scores.masked_fill(~attn_mask, float('-inf'))",
+        "probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)",
+        "return self.out((probs @ v).transpose(1, 2).reshape(B, T, H))"],
+    # a plain loop, no _foreach
+    "adam": [
         "for p, g, m_, v_ in zip(params, grads, m, v):",
         "    m_.mul_(b1).add_(g, alpha=1 - b1)",
         "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
-        "    p.sub_(lr * (m_ / (v_.sqrt() + eps) + wd * p))"])
-    results = run_tests(out, "tests/parts/test_part_disc_loss.py",
-                        "tests/parts/test_part_sample.py", "tests/parts/test_part_adam.py",
-                        "tests/parts/test_part_mask.py")
-    assert {k: set(v) for k, v in results.items()} == {
-        "test_part_disc_loss": {"passed"}, "test_part_sample": {"passed"},
-        "test_part_adam": {"passed"}, "test_part_mask": {"passed"}}
+        "    p.sub_(lr * (m_ / (v_.sqrt() + eps) + wd * p))"],
+    # powers straight from a regular expression
+    "layer_decay": [
+        "import re",
+        "for name, p in model.named_parameters():",
+        "    block = re.match(r'encoder\\.blocks\\.(\\d+)\\.', name)",
+        "    if name.startswith('head.'):",
+        "        power = 0",
+        "    elif block:",
+        "        power = L + 1 - int(block.group(1)) if rule == 'official' else L - int(block.group(1))",
+        "    else:",
+        "        power = L + 2 if rule == 'official' else L + 1",
+        "    if power not in groups:",
+        "        groups[power] = {'params': [], 'names': [], 'lr': lr * decay ** power}",
+        "    groups[power]['params'].append(p)",
+        "    groups[power]['names'].append(name)"],
+    # indexing instead of a scatter
+    "electra15": [
+        "in_m = torch.zeros_like(scored, dtype=torch.bool)",
+        "used = masked.weights > 0",
+        "rows = torch.arange(scored.shape[0])[:, None].expand_as(masked.positions)",
+        "in_m[rows[used], masked.positions[used]] = True",
+        "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m, pad_mask,",
+        "                            segment_ids)"],
+    # counted one head at a time
+    "flops": [
+        "d = hidden // heads",
+        "one_head = (3 * (2 * hidden * d + d) + 2 * d * seq + (SOFTMAX + DROPOUT + 1) * seq",
+        "            + 2 * d * seq)",
+        "attn = (heads * one_head + 2 * hidden * hidden + hidden",
+        "        + (DROPOUT + 1 + LAYER_NORM) * hidden)",
+        "up = 2 * hidden * ffn + ffn + GELU * ffn",
+        "down = 2 * ffn * hidden + hidden + (DROPOUT + 1 + LAYER_NORM) * hidden",
+        "return attn + up + down"],
+}, {
+    "mask": "torch_round",                   # k = torch.round(0.15 n): half to even
+    # torch.multinomial on the probabilities
+    "sample": [
+        "p = torch.softmax(logits.detach().float(), dim=-1)",
+        "x_hat = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=generator)",
+        "return x_hat.view(p.shape[:-1])"],
+}]
 
 
-def test_plausible_wrong_answers_fail_their_part(tmp_path):
-    wrong = {
-        # L_Disc over the masked positions only (what "ELECTRA 15%" does on purpose)
-        "joint_loss": [l.replace("scored = real_tokens(x, pad_mask)",
-                                 "scored = torch.zeros_like(x, dtype=torch.bool).scatter("
-                                 "1, masked.positions, masked.weights > 0)")
-                       for l in ma.reference_body("joint_loss")],
-        # a sample equal to the original labelled "replaced": the label is "was in m"
-        "corrupt": ["x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)",
-                    "in_m = torch.zeros_like(x, dtype=torch.bool).scatter("
-                    "1, masked.positions, masked.weights > 0)",
-                    "return x.scatter(1, masked.positions, x_hat), in_m"],
-        # torch's AdamW rule: bias-corrected moments
-        "adam": ["t = float(self.state[params[0]]['step'])",
-                 "for p, g, m_, v_ in zip(params, grads, m, v):",
-                 "    m_.mul_(b1).add_(g, alpha=1 - b1)",
-                 "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
-                 "    m_hat, v_hat = m_ / (1 - b1 ** t), v_ / (1 - b2 ** t)",
-                 "    p.sub_(lr * (m_hat / (v_hat.sqrt() + eps) + wd * p))"],
-        # the most likely token instead of a sample
-        "sample": ["return logits.detach().argmax(-1)"],
-        # a sum over the slots instead of the mean
-        "mlm_loss": [l.replace(" / weights.sum().clamp(min=1.0)", "")
-                     for l in ma.reference_body("mlm_loss")],
-        # k = ceil(0.15 n), a reading the rule does not allow: one too many for most n
-        "mask": [l.replace("torch.floor(mask_prob * n + 0.5)", "torch.ceil(mask_prob * n)")
-                 for l in ma.reference_body("mask")],
-    }
-    assert wrong["joint_loss"] != ma.reference_body("joint_loss")
-    assert wrong["mlm_loss"] != ma.reference_body("mlm_loss")
-    assert wrong["mask"] != ma.reference_body("mask")
+def body_of(answer):
+    return torch_round_mask() if answer == "torch_round" else answer
+
+
+def grade(tmp_path, answers):
+    """A copy with the parts of `answers` blank, each filled with its body: {part: outcomes}."""
     out = tmp_path / "student"
-    ma.make_copy(out, list(wrong))
-    for part, body in wrong.items():
-        fill(out, part, body)
-    results = run_tests(out, *(f"tests/parts/test_part_{p}.py" for p in wrong))
-    for part in wrong:
-        assert "failed" in results[f"test_part_{part}"], part
+    ma.make_copy(out, list(answers))
+    for part, body in answers.items():
+        fill(out, part, body_of(body))
+    results = run_tests(out, *(f"tests/parts/test_part_{p}.py" for p in answers))
+    return {k[len("test_part_"):]: set(v) for k, v in results.items()}
+
+
+def test_every_part_has_a_correct_alternative():
+    assert sorted(ALTERNATIVES[0]) == sorted(ma.BY_NAME)
+    for answers in ALTERNATIVES:
+        for part, body in answers.items():
+            assert body_of(body) != ma.reference_body(part), part
+
+
+@pytest.mark.parametrize("round_", range(len(ALTERNATIVES)))
+def test_filled_parts_pass_with_another_correct_answer(tmp_path, round_):
+    answers = ALTERNATIVES[round_]
+    assert grade(tmp_path, answers) == {part: {"passed"} for part in answers}
+
+
+# Plausible wrong answers: each round is one copy, and every part's tests must catch its answer.
+WRONG = [{
+    # L_Disc over the masked positions only (what "ELECTRA 15%" does on purpose)
+    "joint_loss": ("scored = real_tokens(x, pad_mask)",
+                   "scored = torch.zeros_like(x, dtype=torch.bool).scatter("
+                   "1, masked.positions, masked.weights > 0)"),
+    # a sample equal to the original labelled "replaced": the label is "was in m"
+    "corrupt": ["x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)",
+                "in_m = torch.zeros_like(x, dtype=torch.bool).scatter("
+                "1, masked.positions, masked.weights > 0)",
+                "return x.scatter(1, masked.positions, x_hat), in_m"],
+    # torch's AdamW rule: bias-corrected moments
+    "adam": ["t = float(self.state[params[0]]['step'])",
+             "for p, g, m_, v_ in zip(params, grads, m, v):",
+             "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+             "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+             "    m_hat, v_hat = m_ / (1 - b1 ** t), v_ / (1 - b2 ** t)",
+             "    p.sub_(lr * (m_hat / (v_hat.sqrt() + eps) + wd * p))"],
+    # the most likely token instead of a sample
+    "sample": ["return logits.detach().argmax(-1)"],
+    # a sum over the slots instead of the mean
+    "mlm_loss": (" / weights.sum().clamp(min=1.0)", ""),
+    # k = ceil(0.15 n), a reading the rule does not allow: one too many for most n
+    "mask": ("torch.floor(mask_prob * n + 0.5)", "torch.ceil(mask_prob * n)"),
+    # D's logit read as "real": the sign of L_Disc flipped
+    "disc_loss": ("logits.float(), is_replaced.float()", "-logits.float(), is_replaced.float()"),
+    # no 1 / sqrt(d)
+    "attention": ("attn_mask=attn_mask,", "attn_mask=attn_mask, scale=1.0,"),
+    # the stated rule's depths under the official rule
+    "layer_decay": ("i + 1 if rule == \"official\" else i + 2", "i + 2"),
+    # the used positions by a scatter of every slot: an unused slot repeating a used position,
+    # written after it, unmarks it
+    "electra15": ["in_m = torch.zeros_like(scored, dtype=torch.bool).scatter("
+                  "1, masked.positions, masked.weights > 0)",
+                  "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
+                  "                            pad_mask, segment_ids)"],
+    # softmax, dropout and scale counted once instead of once per head
+    "flops": ("* seq * heads", "* seq"),
+}, {
+    # x_corrupt by a scatter over every slot, unused ones writing the original token back: an
+    # unused slot repeating a used position (after it) undoes the used slot's sample
+    "corrupt": ["x_hat = torch.where(masked.weights > 0, x_hat, masked.targets)",
+                "x_corrupt = x.scatter(1, masked.positions, x_hat)",
+                "return x_corrupt, x_corrupt != x"],
+    # positions drawn with replacement, as the official code: a position can fill two slots
+    "mask": ("scores.topk(n_slots, dim=1).indices",
+             "torch.multinomial(is_real.float(), n_slots, replacement=True, generator=generator)"),
+    # torch.multinomial without `generator`: not reproducible from a seed
+    "sample": ["p = torch.softmax(logits.detach().float(), dim=-1)",
+               "return torch.multinomial(p.reshape(-1, p.shape[-1]), 1).view(p.shape[:-1])"],
+    # λ on L_MLM instead of L_Disc
+    "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
+                   "loss = self.disc_weight * loss_mlm + loss_disc"),
+}]
+
+
+@pytest.mark.parametrize("round_", range(len(WRONG)))
+def test_plausible_wrong_answers_fail_their_part(tmp_path, round_):
+    answers = {part: swap(part, *w) if isinstance(w, tuple) else w
+               for part, w in WRONG[round_].items()}
+    results = grade(tmp_path, answers)
+    for part in answers:
+        assert "failed" in results[part], part
 
 
 @pytest.mark.parametrize("args, message", [
@@ -220,3 +373,61 @@ def test_the_copy_trains_with_the_students_sample(tmp_path):
         "    print('x_hat', mlm_output.mlm_output(z, E, torch.zeros(11), t, w)[1].tolist())")],
         cwd=out, capture_output=True, text=True)
     assert "x_hat [[7, 7, 7], [7, 7, 7]]" in r.stdout, r.stderr
+
+
+# Words that name a way of computing a part (the reference's or another's): a blank part's
+# message says what to compute, not how, so none of them may appear in it.
+METHOD_WORDS = {
+    "mask": ["score", "topk", "top k", "top-k", "randperm", "sort", "multinomial"],
+    "sample": ["cdf", "gumbel", "searchsorted", "multinomial", "cumsum", "argmax", "invert"],
+    "corrupt": ["scatter", "index", "column", "torch.where", "clone"],
+    "mlm_loss": ["cross_entropy", "log_softmax", "gather"],
+    "disc_loss": ["binary_cross_entropy", "with_logits", "logsigmoid"],
+    "joint_loss": ["no_grad", "detach", "real_tokens"],
+    "attention": ["scaled_dot_product", "permute", "view", "transpose", "reshape", "split"],
+    "adam": ["_foreach", "lerp", "addcmul", "loop"],
+    "layer_decay": ["startswith", "split", "setdefault", "regular expression", "re.match"],
+    "electra15": ["scatter", "index", "zeros", "&"],
+    "flops": ["per head, then", "loop"],
+}
+
+
+def test_a_blank_part_says_what_to_compute_not_how():
+    assert sorted(METHOD_WORDS) == sorted(ma.BY_NAME)
+    for p in ma.PARTS:
+        message = ma.stub(p.name)[0]
+        assert message.startswith(f'raise NotImplementedError("Part {ma.PARTS.index(p) + 1} '
+                                  f'({p.name}, paper {p.section}): ')
+        named = [w for w in METHOD_WORDS[p.name] if w in message.lower()]
+        assert not named, (p.name, named, message)
+    # the check can fail: the words are those of the reference bodies
+    assert "topk" in "\n".join(ma.reference_body("mask"))
+    assert "searchsorted" in "\n".join(ma.reference_body("sample"))
+
+
+def test_every_relative_link_in_a_copy_resolves(tmp_path):
+    """A copy leaves files out (docs/instructor-notes.md, and benchmarks/bench.py, parity.py and
+    hf_electra.py when Part 2 or 3 is blank): its README and documents link only what it has,
+    and its README's note names every project file the README mentions that the copy lacks."""
+    out = tmp_path / "student"
+    ma.make_copy(out, [p.name for p in ma.PARTS])
+    assert not (out / "benchmarks" / "bench.py").exists()
+    links = 0
+    for md in [out / "README.md", out / "ASSIGNMENTS.md", *sorted((out / "docs").glob("*.md"))]:
+        for m in ma.LINK.finditer(md.read_text()):
+            target = m.group(2)
+            if target.startswith(("http:", "https:", "mailto:", "#")):
+                continue
+            links += 1
+            assert (md.parent / target.split("#")[0]).exists(), (md.name, target)
+    assert links > 40                          # the README and docs link a lot: all checked
+    readme = (out / "README.md").read_text()
+    note = readme.split("\n\n")[1]
+    assert note.startswith("> **A student copy**") and "ASSIGNMENTS.md" in note
+    for path in set(re.findall(r"`([\w./-]+\.(?:py|sh|md))`", readme)):
+        if (ROOT / path).is_file() and not (out / path).exists() and \
+                not path.startswith("tests/"):
+            assert f"`{path}`" in note, path
+    # the reference README does link what copies lack, so the check can fail
+    assert "](docs/instructor-notes.md)" in (ROOT / "README.md").read_text()
+    assert "](docs/instructor-notes.md)" not in readme

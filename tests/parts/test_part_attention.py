@@ -1,5 +1,7 @@
 """Part 7, attention (encoder.SelfAttention.forward): multi-head scaled dot-product attention,
-softmax(Q K^T / sqrt(d)) V per head (Vaswani et al.; the encoder of §2)."""
+softmax(Q K^T / sqrt(d)) V per head (Vaswani et al.; the encoder of §2): q, k, v in that order
+in qkv's output, head j at columns j d to (j + 1) d of each; masked keys get no attention;
+dropout on the probabilities in training only."""
 import math
 
 import torch
@@ -47,3 +49,20 @@ def test_padded_keys_change_nothing():
     h2[0, 4:] = torch.randn(2, 8) * 10                          # change what sits in the padding
     with torch.no_grad():
         assert torch.allclose(att(h, keep)[0, :4], att(h2, keep)[0, :4], atol=1e-5)
+
+
+def test_dropout_on_the_probabilities_in_training_only():
+    """In training, dropout self.dropout on the attention probabilities (kept ones scaled by
+    1 / (1 - p), so the average output is eval's); in eval, none."""
+    torch.manual_seed(2)
+    att = SelfAttention(EncoderConfig(hidden=8, heads=2, ffn=16, dropout=0.5))
+    h = torch.randn(1, 4, 8)
+    with torch.no_grad():
+        ref = att.eval()(h)
+        assert torch.equal(ref, att(h))                        # eval: the same every call
+        att.train()
+        draws = att(h.expand(4000, 4, 8))                      # 4000 rows, 4000 draws at once
+        assert not torch.allclose(draws[0], draws[1])          # training: dropout is on
+        assert (draws.mean(0) - ref).abs().max() < 0.1, (draws.mean(0) - ref).abs().max()
+        att.dropout = 0.0
+        assert torch.allclose(att(h), ref, atol=1e-6)          # p = 0: as eval

@@ -1,4 +1,8 @@
-"""Part 3, corrupt (objectives.corrupt): x_corrupt = REPLACE(x, m, x̂) and its labels, §2."""
+"""Part 3, corrupt (objectives.corrupt): x_corrupt = REPLACE(x, m, x̂) and its labels, §2.
+
+Every used slot's position takes its sample; unused slots (weight 0) change nothing, whatever
+position they hold - one no used slot holds, or a used slot's again (objectives.Masked allows
+both); is_replaced is x_corrupt != x, so a sample equal to the original is real."""
 import torch
 
 from objectives import Masked, corrupt
@@ -35,10 +39,24 @@ def test_a_sample_equal_to_the_original_is_real():
 
 def test_unused_slots_change_nothing():
     x = torch.arange(20).view(2, 10)
-    positions = torch.tensor([[2, 5, 7], [0, 9, 3]])        # positions are distinct (topk)
+    positions = torch.tensor([[2, 5, 7], [0, 9, 3]])        # distinct positions (as topk's)
     m = masked_of(x, positions, torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]))
     x_corrupt, is_replaced = corrupt(x, m, torch.full((2, 3), 99))
     expect = x.clone()
     expect[0, 2], expect[1, 0], expect[1, 9] = 99, 99, 99
     assert torch.equal(x_corrupt, expect)
     assert is_replaced.sum() == 3 and is_replaced.dtype == torch.bool
+
+
+def test_unused_slots_that_repeat_a_used_position_change_nothing():
+    """A mask may fill its unused slots with a used position (its first choice, say). Written
+    after the used slot, such a slot must not put the original token (or its own sample) back."""
+    x = torch.arange(20).view(2, 10)
+    positions = torch.tensor([[2, 5, 2, 2], [7, 7, 7, 7]])   # unused slots repeat used ones
+    m = masked_of(x, positions, torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    x_hat = torch.tensor([[50, 51, 52, 53], [60, 61, 62, 63]])
+    x_corrupt, is_replaced = corrupt(x, m, x_hat)
+    expect = x.clone()
+    expect[0, 2], expect[0, 5], expect[1, 7] = 50, 51, 60
+    assert torch.equal(x_corrupt, expect)
+    assert torch.equal(is_replaced, expect != x)

@@ -1,6 +1,8 @@
 """Part 5, disc_loss (objectives.disc_loss): L_Disc, the binary cross-entropy of D over tokens.
 
-D's logit scores "replaced": D(x, t) = 1 - sigmoid(logit_t) is the probability of "real"."""
+D's logit scores "replaced": D(x, t) = 1 - sigmoid(logit_t) is the probability of "real". The
+mean over the tokens in mask (every token when mask is None), a float32 scalar; tokens outside
+mask get no gradient."""
 import math
 
 import pytest

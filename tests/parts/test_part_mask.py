@@ -1,8 +1,10 @@
 """Part 1, mask (objectives.mask_tokens). Masking (§2, footnote 3; Appendix A): k distinct
 positions among the n real tokens of each sequence, k = round(0.15 n) to the nearest integer (a
 tie at .5 either way: torch.round and floor(x + 0.5) both pass), at least 1 and at most n and
-K; never a special token; 85 % [MASK] / 15 % kept for ELECTRA, 80/10/10 for BERT; static
-shapes."""
+K; never a special token; the k positions in the first k of K slots (weight 1), the unused
+slots (weight 0) holding any position - distinct or repeating a used one, as Masked allows -
+and targets x at every slot's position; x_masked differs from x at used positions only; 85 %
+[MASK] / 15 % kept for ELECTRA, 80/10/10 for BERT; static shapes."""
 import torch
 
 from objectives import mask_tokens
@@ -50,10 +52,11 @@ def test_exactly_k_real_positions_per_sequence_never_special():
         assert all(x[i, p].item() not in SPECIAL for p in used), "a special token was masked"
     # targets are the original tokens at the chosen positions
     assert torch.equal(out.targets, torch.gather(x, 1, out.positions))
-    # unused slots change nothing; x_masked differs from x only at used slots
+    # unused slots change nothing; x_masked differs from x only at used positions. An unused
+    # slot may repeat a used position, so "used" counts each position's used slots (a sum, the
+    # same whatever order the slots are written in) instead of scattering True / False.
     changed = (out.x_masked != x)
-    allowed = torch.zeros_like(changed)
-    allowed.scatter_(1, out.positions, out.weights > 0)
+    allowed = torch.zeros(x.shape).scatter_add(1, out.positions, out.weights.float()) > 0
     assert not (changed & ~allowed).any()
 
 

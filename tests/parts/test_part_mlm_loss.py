@@ -1,4 +1,6 @@
-"""Part 4, mlm_loss (objectives.mlm_loss): L_MLM = E[sum_{i in m} -log p_G(x_i | x_masked)]."""
+"""Part 4, mlm_loss (objectives.mlm_loss): L_MLM = E[sum_{i in m} -log p_G(x_i | x_masked)],
+as the mean over the used slots (weight 1) of -log softmax(logits) at the targets, a float32
+scalar whatever the logits' dtype."""
 import math
 
 import pytest

@@ -1,4 +1,7 @@
-"""Part 2, sample (objectives.sample): x̂_i ~ p_G(x_i | x_masked) = softmax(logits), §2."""
+"""Part 2, sample (objectives.sample): x̂_i ~ p_G(x_i | x_masked) = softmax(logits), §2.
+
+One exact sample per row as int64, no gradient, safe for logits of ±1000, reproducible from
+`generator`. Any exact method passes: the inverse CDF, the Gumbel-max trick, torch.multinomial."""
 import torch
 
 from objectives import sample
