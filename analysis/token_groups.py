@@ -155,13 +155,14 @@ def tokens(model, tok, cfg, seqs, counts, seed, out, rounds=1):
     shown = [r for r in rows if r["tokens"]]
     fig, ax = plt.subplots(figsize=(12, 4))
     xs = np.arange(len(shown))
-    for off, key, label, colour in ((-0.3, "replaced_share", "share replaced", "#bbbbbb"),
-                                    (-0.1, "recall", "recall (replaced flagged)", "#d62728"),
-                                    (0.1, "false_alarms", "false alarms (real flagged)",
+    for off, key, label, colour in ((-0.32, "replaced_share", "share replaced", "#bbbbbb"),
+                                    (-0.16, "recall", "recall (replaced flagged)", "#d62728"),
+                                    (0.0, "false_alarms", "false alarms (real flagged)",
                                      "#1f77b4"),
-                                    (0.3, "p_replaced", "mean P(replaced) | replaced",
-                                     "#ff9896")):
-        ax.bar(xs + off, [100 * (r[key] if r[key] == r[key] else 0) for r in shown], 0.2,
+                                    (0.16, "p_replaced", "mean P(replaced) | replaced",
+                                     "#ff9896"),
+                                    (0.32, "p_real", "mean P(replaced) | real", "#aec7e8")):
+        ax.bar(xs + off, [100 * (r[key] if r[key] == r[key] else 0) for r in shown], 0.16,
                label=label, color=colour)
     ax.set_xticks(xs, [f"{r['group']}\n{r['tokens']:,}" for r in shown], rotation=45,
                   ha="right", fontsize=8)
