@@ -20,7 +20,7 @@ class Config:
                                     # | "gumbel" (a reviewer's: ablations.GumbelELECTRA)
     # --generator gumbel only: w, the adversarial weight in G's gradient, is 0 (maximum
     # likelihood) for the first gumbel_start of the budget, then rises linearly to gumbel_weight;
-    # gumbel_tau is the Gumbel-softmax temperature of the backward pass (docs/reviewers-questions.md)
+    # gumbel_tau: the Gumbel-softmax temperature of the backward (docs/reviewers-questions.md)
     gumbel_tau: float = 1.0
     gumbel_start: float = 0.5
     gumbel_weight: float = 0.5

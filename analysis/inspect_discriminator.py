@@ -9,7 +9,7 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
     python analysis/inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
     python analysis/inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
-    python analysis/inspect_discriminator.py compare --ckpt C --bert B --data data/wiki00  # D vs BERT
+    python analysis/inspect_discriminator.py compare --ckpt C --bert B --data data/wiki00  # vs BERT
     python analysis/inspect_discriminator.py tokens --ckpt C --data data/wiki00  # what D distrusts
     python analysis/inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
 

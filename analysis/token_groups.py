@@ -9,7 +9,7 @@ exactly one group, the first of these that fits:
   continuation     a piece glued to the word before it (no leading space: "ing" in "runn|ing")
   punctuation      no letter or digit in it (",", ".", "(", a line break)
   digits           a digit in it ("1990", " 3")
-  sentence-initial the first word after a sentence's end (".", "!", "?") or a line break, capitalised
+  sentence-initial a capitalised word after a sentence's end (".", "!", "?") or a line break
   function word    a closed list of English function words (FUNCTION_WORDS; articles, pronouns,
                    prepositions, conjunctions, auxiliaries), any case
   words d1 .. d10  the other words by frequency decile: d1 the most frequent, d10 the rarest,

@@ -79,7 +79,8 @@ def test_probe_reads_a_linear_property_and_not_noise():
 def test_group_of_hand_worked():
     toks = ["[CLS]", "The", " cat", " sat", ".", " Then", " the", " runn", "ing", " 1990",
             " zebra", "\n", "Zebras", "[SEP]"]
-    want = ["special", "function word", None, None, "punctuation", "sentence-initial", "function word",
+    want = ["special", "function word", None, None, "punctuation", "sentence-initial",
+            "function word",
             None, "continuation", "digits", None, "punctuation", "sentence-initial", "special"]
     assert [tg.group_of(toks, i) for i in range(len(toks))] == want
     assert "The" not in tg.FUNCTION_WORDS and "the" in tg.FUNCTION_WORDS   # compared lowercased
