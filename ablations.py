@@ -5,6 +5,9 @@
     --gen_size S           G's width as a fraction of D's (a config field, no class needed)
     --generator unigram    UnigramELECTRA: x̂ sampled from corpus token frequencies, no G network
     --generator adversarial  AdversarialELECTRA: G trained to *maximise* L_Disc by REINFORCE
+    --generator gumbel     GumbelELECTRA: G by maximum likelihood, then annealed towards
+                           maximising L_Disc through straight-through Gumbel-softmax samples
+                           (a reviewer's suggestion; docs/reviewers-questions.md)
     --two_stage            TwoStageELECTRA: G alone, then D initialised from G, G frozen
     --objective electra15  ELECTRA15: L_Disc over the masked positions m only
     --objective replace_mlm  ReplaceMLM: D becomes an MLM that reads x_corrupt instead of [MASK]
@@ -22,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from generator import Generator
-from objectives import BERT, ELECTRA, corrupt, masked_accuracy, mlm_loss, real_tokens, sample
+from objectives import BERT, ELECTRA, corrupt, disc_loss, masked_accuracy, mlm_loss, real_tokens, \
+    sample
 
 
 class ConfigError(ValueError):
@@ -175,6 +179,102 @@ class AdversarialELECTRA(ELECTRA):
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats)
 
 
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient multiplied by `c` backward. With c < 0 the network
+    upstream ascends the loss downstream: G's side of the adversarial game."""
+
+    @staticmethod
+    def forward(ctx, x, c):
+        ctx.c = c
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.c, None
+
+
+def gumbel_weight(progress, start=0.5, end_weight=0.5):
+    """w, the weight of the adversarial gradient in G's update at `progress` of the budget:
+    0 (pure maximum likelihood: G "pre-trained") until `start`, then rising linearly to
+    `end_weight` at the end. G's gradient is (1 - w) grad L_MLM - w λ grad L_Disc."""
+    if progress <= start:
+        return 0.0
+    return end_weight * min(1.0, (progress - start) / (1.0 - start))
+
+
+def embed_tokens(emb, token_vectors, segment_ids=None):
+    """Embeddings.forward (encoder.py) from token vectors instead of ids: e(x) with the rows
+    of the token table given, so a straight-through sample can carry a gradient into them."""
+    e = token_vectors + emb.position.weight[:token_vectors.shape[1]]
+    e = e + (emb.segment.weight[0] if segment_ids is None else emb.segment(segment_ids))
+    return emb.drop(emb.norm(e))
+
+
+class GumbelELECTRA(ELECTRA):
+    """The reviewer's generator (review-springboard.txt): G trained by maximum likelihood, then
+    annealed towards the gradient of D's loss through its samples, made differentiable by the
+    straight-through Gumbel-softmax (Jang et al. 2017; Maddison et al. 2017).
+
+    x̂_t = argmax(logits_t + g_t), g ~ Gumbel(0, 1), is an exact sample of p_G (Gumbel-max).
+    D reads it as a one-hot row y_hard times the token table, as any token; backward, the
+    gradient takes the path of y_soft = softmax((logits_t + g_t) / τ) instead:
+    y = y_hard + y_soft - stop_gradient(y_soft). On that path the gradient is multiplied by
+    -w (ScaleGrad): D descends λ L_Disc, G ascends it with weight w, and G's maximum
+    likelihood keeps weight 1 - w. w follows gumbel_weight: 0 until `gumbel_start` of the
+    budget, then linearly to `gumbel_weight`. At w = 1 this is Appendix F's adversarial G with
+    a biased low-variance gradient in place of REINFORCE's unbiased noisy one. While w = 0 the
+    step is ELECTRA's exactly (the same fused pass)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.tau, self.start, self.end_weight = cfg.gumbel_tau, cfg.gumbel_start, \
+            cfg.gumbel_weight
+        self.weight = 0.0                                   # w, set by on_progress each step
+
+    def on_progress(self, progress):
+        before, self.weight = self.weight, gumbel_weight(progress, self.start, self.end_weight)
+        if before == 0.0 and self.weight > 0.0:
+            return f"gumbel: G's gradient now (1 - w) L_MLM - w λ L_Disc, w -> " \
+                   f"{self.end_weight:g} at the end"
+        return None
+
+    def forward(self, x, masked, pad_mask=None, segment_ids=None):
+        if self.weight == 0.0:                              # pure maximum likelihood
+            return super().forward(x, masked, pad_mask, segment_ids)
+        G, D, w = self.generator, self.discriminator, self.weight
+        logits = G(masked.x_masked, masked.positions, pad_mask, segment_ids).float()
+        loss_mlm = mlm_loss(logits, masked.targets, masked.weights)
+        gumbel = -torch.empty_like(logits).exponential_().log()          # g ~ Gumbel(0, 1)
+        y_soft = torch.softmax((logits + gumbel) / self.tau, -1)
+        x_hat = y_soft.argmax(-1)                           # = argmax(logits + g): x̂ ~ p_G
+        y_hard = F.one_hot(x_hat, logits.shape[-1]).to(y_soft.dtype)
+        y_soft = ScaleGrad.apply(y_soft, -w)                # G ascends what D descends
+        y = y_hard + y_soft - y_soft.detach()               # forward: one-hot; backward: soft
+        with torch.no_grad():
+            x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+        table = D.embeddings.token.weight
+        tokens = D.embeddings.token(x_corrupt)              # (B, T, E), every token as usual
+        used = (masked.weights > 0)[..., None]              # unused slots keep the original
+        sampled = torch.where(used, y.to(table.dtype) @ table, tokens.gather(
+            1, masked.positions[..., None].expand(-1, -1, tokens.shape[-1])))
+        tokens = tokens.scatter(1, masked.positions[..., None].expand_as(sampled), sampled)
+        h = D.encoder(embed_tokens(D.embeddings, tokens, segment_ids), pad_mask)
+        d_logits = D.head_out(F.gelu(D.head_dense(h))).squeeze(-1)
+        real = real_tokens(x, pad_mask)
+        loss_disc = disc_loss(d_logits, is_replaced, real)
+        with torch.no_grad():
+            flagged = (d_logits > 0) & real
+            caught = (flagged & is_replaced).float().sum()
+            stats = dict(disc_correct=((((d_logits > 0) == is_replaced) & real).float().sum(),
+                                       real.float().sum()),
+                         replaced_correct=(caught, is_replaced.float().sum()),
+                         replaced_flagged=(caught, flagged.float().sum()),
+                         gen_correct=masked_accuracy(logits.detach(), masked.targets,
+                                                     masked.weights))
+        loss = (1.0 - w) * loss_mlm + self.disc_weight * loss_disc
+        return loss, dict(mlm_loss=loss_mlm.detach(), disc_loss=loss_disc, **stats)
+
+
 # ----------------------------------------------------------------------------- §3.2 two-stage
 
 class TwoStageELECTRA(ELECTRA):
@@ -245,13 +345,16 @@ def build_model(cfg, train_tokens=None):
             raise ConfigError("--two_stage combines only with the default objective and generator")
         return TwoStageELECTRA(cfg)
     if cfg.generator != "mlm" and cfg.objective != "electra":
-        raise ConfigError("--generator unigram/adversarial combine only with --objective electra")
+        raise ConfigError("--generator unigram/adversarial/gumbel combine only with --objective "
+                          "electra")
     if cfg.generator == "unigram":          # §3.2: corpus token frequencies (+1: none is zero)
         counts = torch.ones(cfg.vocab_size) if train_tokens is None else \
             torch.from_numpy(np.bincount(train_tokens, minlength=cfg.vocab_size)) + 1
         return UnigramELECTRA(cfg, counts)  # (without tokens: a checkpoint's buffer replaces it)
     if cfg.generator == "adversarial":
         return AdversarialELECTRA(cfg)
+    if cfg.generator == "gumbel":
+        return GumbelELECTRA(cfg)
     classes = {"electra": ELECTRA, "electra15": ELECTRA15, "replace_mlm": ReplaceMLM,
                "all_tokens_mlm": AllTokensMLM}
     if cfg.objective not in classes:

@@ -17,6 +17,13 @@ class Config:
     model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
     generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
+                                    # | "gumbel" (a reviewer's: ablations.GumbelELECTRA)
+    # --generator gumbel only: w, the adversarial weight in G's gradient, is 0 (maximum
+    # likelihood) for the first gumbel_start of the budget, then rises linearly to gumbel_weight;
+    # gumbel_tau: the Gumbel-softmax temperature of the backward (docs/reviewers-questions.md)
+    gumbel_tau: float = 1.0
+    gumbel_start: float = 0.5
+    gumbel_weight: float = 0.5
     two_stage: bool = False         # §3.2: G alone, then D initialised from G with G frozen
     vocab_size: int = 30522         # set from the prepared data's tokenizer
     emb_size: int = 128             # "Embedding Size", shared by G and D (§3.2)

@@ -53,6 +53,10 @@ def count_params(cfg):
 GEN_SIZE = cli.float_range(0, 4, hi_open=False, accepts="a share of D's width in (0, 4], e.g. 0.25")
 
 
+GUMBEL_START = cli.float_range(0, 1, lo_open=False, accepts="a share of the budget in [0, 1)")
+GUMBEL_WEIGHT = cli.float_range(0, 1, hi_open=False, accepts="a weight in (0, 1], e.g. 0.5")
+
+
 def parse_args(argv=None):
     p = cli.Parser(description="Pre-train ELECTRA-Small (or BERT-Small).")
     budget = p.add_mutually_exclusive_group()
@@ -79,7 +83,20 @@ def parse_args(argv=None):
     ab = p.add_argument_group("ablations (paper §3.2, §3.5, Appendix F)")
     ab.add_argument("--objective", choices=["electra", "electra15", "replace_mlm",
                                             "all_tokens_mlm"], default=None)
-    ab.add_argument("--generator", choices=["mlm", "unigram", "adversarial"], default=None)
+    ab.add_argument("--generator", choices=["mlm", "unigram", "adversarial", "gumbel"],
+                    default=None)
+    # The reviewer's generator (ablations.GumbelELECTRA). Defaults: half the budget of pure
+    # maximum likelihood (G "pre-trained" as §2 trains it), then w rises to 0.5, so G stays
+    # half a language model (at w = 1 it is Appendix F's adversarial G, which the paper found
+    # worse); τ = 1, where Jang et al. (2017) start, the soft sample's gradient at p_G's scale.
+    ab.add_argument("--gumbel_tau", type=cli.positive_float, default=None,
+                    help="--generator gumbel: Gumbel-softmax temperature τ of the backward (1)")
+    ab.add_argument("--gumbel_start", type=GUMBEL_START, default=None,
+                    help="--generator gumbel: share of the budget of pure maximum likelihood "
+                         "before the adversarial weight w starts to rise (0.5)")
+    ab.add_argument("--gumbel_weight", type=GUMBEL_WEIGHT, default=None,
+                    help="--generator gumbel: w at the end of the budget; G's gradient is "
+                         "(1 - w) L_MLM - w λ L_Disc (0.5)")
     ab.add_argument("--gen_size", type=GEN_SIZE, default=None,
                     help="G width / D width (0.25; at most 4)")
     ab.add_argument("--two_stage", action="store_true", default=None,
@@ -116,19 +133,25 @@ def parse_args(argv=None):
 
 
 # Config fields the command line may set (the rest come from Table 6 or --size).
+GUMBEL_FLAGS = ("gumbel_tau", "gumbel_start", "gumbel_weight")
 CLI_CONFIG = ("model", "batch_size", "lr", "optimizer", "objective", "generator", "gen_size",
-              "two_stage", "disc_weight", "mask_prob")
+              "two_stage", "disc_weight", "mask_prob") + GUMBEL_FLAGS
 
 
 def config_from_args(args, meta):
     # BERT (§3.3) is masked language modelling alone; the ablation flags choose ELECTRA's G and
     # D's objective, so a BERT run would ignore them without a word: refused instead.
     electra_only = [f"--{f}" for f in ("objective", "generator", "gen_size", "two_stage",
-                                       "disc_weight") if getattr(args, f) is not None]
+                                       "disc_weight") + GUMBEL_FLAGS
+                    if getattr(args, f) is not None]
     if args.model == "bert" and electra_only:
         raise ConfigError(f"--model bert takes no {', '.join(electra_only)}: BERT trains by "
                           "masked language modelling alone and those flags choose ELECTRA's "
                           "ablations; leave them out, or drop --model bert")
+    gumbel = [f"--{f}" for f in GUMBEL_FLAGS if getattr(args, f) is not None]
+    if gumbel and args.generator != "gumbel":
+        raise ConfigError(f"{', '.join(gumbel)} only shape the Gumbel-softmax generator: add "
+                          "--generator gumbel, or leave them out")
     over = dict(SIZES[args.size or "small"])
     for name in CLI_CONFIG:
         if getattr(args, name) is not None:

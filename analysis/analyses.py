@@ -47,9 +47,19 @@ def pieces(tok, ids):
     return [names.get(int(i)) or tok.decode([int(i)]) for i in ids]
 
 
+WHITESPACE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def shown(piece):
-    """A token for display: without its leading space, or quoted if blank or unprintable."""
-    return piece.strip() if piece.strip().isprintable() and piece.strip() else repr(piece)
+    """A token for display: without its leading space; a token of blanks with each one visible
+    (' ' as '␣', a line break as '\\n'), never as an empty string; others quoted if
+    unprintable."""
+    body = piece.strip()
+    if body and body.isprintable():
+        return body
+    if piece and not body:                      # blanks only: a line break, spaces, a tab
+        return "".join(WHITESPACE.get(c, repr(c)[1:-1]) for c in piece)
+    return repr(piece)
 
 
 def encode(tok, text, max_len):

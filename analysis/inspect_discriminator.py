@@ -9,6 +9,8 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
     python analysis/inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
     python analysis/inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
+    python analysis/inspect_discriminator.py compare --ckpt C --bert B --data data/wiki00  # vs BERT
+    python analysis/inspect_discriminator.py tokens --ckpt C --data data/wiki00  # what D distrusts
     python analysis/inspect_discriminator.py all --ckpt C --data data/wiki00 --out insp/ --threads 1
 
 The head scores "replaced": P(replaced) = sigmoid(logit_t) = 1 - D(x, t), D(x, t) being the
@@ -37,6 +39,8 @@ from data import DataError, load_meta, read_documents
 from glue import GlueError
 from analysis.analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
+from analysis.representations import compare
+from analysis import token_groups
 from objectives import Masked, corrupt, sample
 from machinery.tokenize_corpus import split_sentences
 from machinery.tokenizer import Tokenizer
@@ -45,7 +49,7 @@ matplotlib.use("Agg")                              # headless: never try to open
 import matplotlib.pyplot as plt  # noqa: E402
 
 COMMANDS = ("show", "figure2", "calibration", "cola", "scoring", "sst2", "attention", "mlm",
-            "all")
+            "compare", "tokens", "all")
 SHARED_GLUE = Path(__file__).resolve().parent.parent / "shared" / "data" / "glue"
 
 
@@ -129,7 +133,9 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128):
 
 
 def top_text(tok, ids, probs, sep=" | "):
-    return sep.join(f"{w.strip()!r} {q:.2f}" for w, q in zip(pieces(tok, ids), probs.tolist()))
+    """p_G's best tokens with their probabilities, each quoted as `shown` prints it: a line
+    break or a space is visible ('\\n', '␣'), never ''."""
+    return sep.join(f"'{shown(w)}' {q:.2f}" for w, q in zip(pieces(tok, ids), probs.tolist()))
 
 
 def show(model, tok, cfg, text, mask_items, k, out, on):
@@ -311,6 +317,21 @@ def mlm(model, tok, cfg, seqs, k, seed, bert, out):
     return r
 
 
+def token_counts(args, tok, seqs):
+    """How often each token id occurs: in --data's training split (a memmap, counted in a
+    fraction of a second), else in the held-out sequences themselves."""
+    if args.data:
+        ids, _ = load_split(args.data, "train", load_meta(args.data))
+        return np.bincount(ids, minlength=tok.vocab_size)
+    return np.bincount(np.concatenate([s for s, _ in seqs]), minlength=tok.vocab_size)
+
+
+def write_json(path, res):
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(res, indent=1)))
+    print(f"wrote {path}")
+    return res
+
+
 # ----------------------------------------------------------------------------- command line
 
 def parse_args(argv):
@@ -322,7 +343,7 @@ def parse_args(argv):
     p.add_argument("--topk", type=int, help="p_G's best tokens: how many to show (default 5); "
                    "mlm: the candidates Appendix G picks from (default 100, as the paper)")
     p.add_argument("--bert", type=cli.nonempty,
-                   help="mlm: a BERT checkpoint trained on the same data, to compare")
+                   help="mlm, compare: a BERT checkpoint trained on the same data, to compare")
     p.add_argument("--color", action="store_true", help="ANSI colours even when not a tty")
     p.add_argument("--data", type=cli.nonempty,
                    help="prepared data folder: its val split is the held-out text")
@@ -330,7 +351,8 @@ def parse_args(argv):
                    help="held-out text file (.txt/.txt.xz/.jsonl) instead of --data")
     p.add_argument("--glue_dir", type=cli.nonempty,
                    default=str(SHARED_GLUE) if SHARED_GLUE.is_dir() else None)
-    p.add_argument("--n", type=int, default=200, help="held-out sequences for calibration, mlm")
+    p.add_argument("--n", type=int, default=200,
+                   help="held-out sequences for calibration, mlm, compare, tokens")
     p.add_argument("--n_sentences", type=int, default=200, help="sentences for scoring")
     p.add_argument("--bins", type=cli.int_range(1, 1000), default=10,
                    help="calibration bins (1 to 1000)")
@@ -354,8 +376,11 @@ def run(args):
             raise InspectError(f"--{flag} must be a positive number")
     if cmd == "show" and not text:
         raise InspectError("give some text to show, e.g. \"the chef ate the meal\"")
-    if args.bert and cmd != "mlm":
-        raise InspectError("--bert is for the mlm command only")
+    if args.bert and cmd not in ("mlm", "compare"):
+        raise InspectError("--bert is for the mlm and compare commands only")
+    if cmd == "compare" and not args.bert:
+        raise InspectError("compare needs --bert BERT: a BERT checkpoint trained on the same "
+                           "data (electra_small.py --model bert), to compare D with")
     if cmd == "mlm" and text and not args.mask:
         raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
     if cmd == "mlm" and not text and not (args.data or args.text):
@@ -393,8 +418,15 @@ def run(args):
     glue = args.glue_dir if args.glue_dir and Path(args.glue_dir).is_dir() else None
     if cmd in ("cola", "sst2") and not glue:
         raise InspectError(f"no GLUE folder {args.glue_dir or ''}: give --glue_dir (CoLA/, SST-2/)")
-    held = held_out(args, tok, cfg) if cmd in ("calibration", "scoring", "attention", "all") \
-        else None
+    held = held_out(args, tok, cfg) if cmd in ("calibration", "scoring", "attention", "compare",
+                                               "tokens", "all") else None
+    if cmd == "compare":
+        res = compare(model, bert, tok, [s for s, _ in held[0]], out)
+        return write_json(out / "compare.json", dict(res, ckpt=str(args.ckpt), bert=str(args.bert)))
+    if cmd == "tokens":
+        res = token_groups.tokens(model, tok, cfg, held[0], token_counts(args, tok, held[0]),
+                                  args.seed, out)
+        return write_json(out / "tokens.json", dict(res, ckpt=str(args.ckpt)))
     jobs = dict(calibration=lambda: calibration(model, tok, cfg, held[0], args.seed, args.bins,
                                                 out),
                 scoring=lambda: scoring(model, tok, cfg, held[1], args.n_sentences, args.seed),

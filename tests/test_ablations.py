@@ -138,6 +138,63 @@ def test_adversarial_generator_learns_by_reinforce_only():
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
 
+def test_gumbel_weight_follows_its_schedule():
+    # pure maximum likelihood until `start`, then linear to `end_weight` at the end
+    w = ablations.gumbel_weight
+    assert w(0.0) == w(0.3) == w(0.5) == 0.0
+    assert w(0.75) == pytest.approx(0.25) and w(1.0) == pytest.approx(0.5)
+    assert w(0.6, start=0.2, end_weight=1.0) == pytest.approx(0.5)
+    assert w(0.1, start=0.0, end_weight=0.8) == pytest.approx(0.08)
+    model = build_model(cfg_(generator="gumbel", gumbel_start=0.4, gumbel_weight=0.6))
+    seen = [(model.on_progress(p), model.weight) for p in (0.0, 0.4, 0.7, 1.0)]
+    assert [w for _, w in seen] == pytest.approx([0.0, 0.0, 0.3, 0.6])
+    assert seen[1][0] is None and "gumbel" in seen[2][0] and seen[3][0] is None   # said once
+
+
+def test_scale_grad_is_identity_forward_and_scales_backward():
+    x = torch.randn(4, requires_grad=True)
+    y = ablations.ScaleGrad.apply(x, -0.25)
+    assert torch.equal(y, x)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full((4,), -0.25))
+
+
+def test_gumbel_generator_shows_d_its_samples_as_tokens_and_pulls_g_through_them(monkeypatch):
+    cfg = cfg_(generator="gumbel", gumbel_weight=1.0)
+    model, b = build_model(cfg).eval(), batch(cfg)    # no dropout: two passes compare exactly
+    model.on_progress(0.0)                      # w = 0: exactly ELECTRA's step
+    torch.manual_seed(0)
+    plain = ablations.ELECTRA.forward(model, **b)[0]
+    torch.manual_seed(0)
+    assert torch.equal(model(**b)[0], plain)
+    seen, inner = {}, ablations.corrupt
+    def spy(x, masked, x_hat):
+        seen["x_corrupt"], seen["is_replaced"] = inner(x, masked, x_hat)
+        return seen["x_corrupt"], seen["is_replaced"]
+    monkeypatch.setattr(ablations, "corrupt", spy)
+    model.on_progress(1.0)                      # w = 1: G learns from L_Disc alone
+    loss, stats = model(**b)
+    # forward, the one-hot sample is just a token: D's loss as D reads x_corrupt
+    from objectives import disc_loss
+    ref = disc_loss(model.discriminator(seen["x_corrupt"]), seen["is_replaced"])
+    assert torch.allclose(stats["disc_loss"], ref, atol=1e-5)
+    assert torch.allclose(loss, cfg.disc_weight * stats["disc_loss"])   # (1 - w) L_MLM = 0
+    # backward, G's encoder gets a gradient: through the straight-through sample only
+    gen = [p for n, p in model.generator.named_parameters() if n.startswith("encoder")]
+    grads = torch.autograd.grad(loss, gen, allow_unused=True)
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    # ... which ascends λ L_Disc: the negative of what descending it would give G
+    def g_grads():
+        torch.manual_seed(1)                    # the same Gumbel noise, so the same sample
+        return torch.autograd.grad(model(**b)[0], gen, allow_unused=True)
+    ascend = g_grads()
+    monkeypatch.setattr(ablations.ScaleGrad, "apply", lambda y, c: y)
+    descend = g_grads()
+    pairs = [(a, d) for a, d in zip(ascend, descend) if a is not None]
+    assert pairs and all(torch.allclose(a, -d, atol=1e-6) for a, d in pairs)
+    assert any(a.abs().sum() > 0 for a, _ in pairs)
+
+
 def test_bert_needs_1_45x_the_steps_for_table1_flops():
     cfg = Config()
     bert = train_flops_per_step(replace(cfg, model="bert"))

@@ -182,7 +182,7 @@ def test_mlm_bad_input_is_one_line(ckpts, tok, learnable_data_dir, tmp_path, cap
              (["mlm", "--ckpt", electra, *data, "--bert", electra], "not a BERT"),
              (["mlm", "--ckpt", electra, *data, "--bert", tmp_path / "nope.pt"], "no such"),
              (["mlm", "--ckpt", electra, *data, "--bert", other], "tokenizer"),
-             (["calibration", "--ckpt", electra, *data, "--bert", bert], "mlm command only")]
+             (["calibration", "--ckpt", electra, *data, "--bert", bert], "compare commands only")]
     for args, message in cases[:1]:             # the real command line: exit status, stderr
         r = run_cli("analysis/inspect_discriminator.py", *args, "--out", tmp_path / "o")
         lines = r.stderr.strip().splitlines()
