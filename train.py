@@ -86,11 +86,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # -- model and optimizer ---------------------------------------------------------------------
     raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
     opt = make_optimizer(raw_model, cfg, device)
-    st = dict(step=0, flops=0.0, elapsed=0.0, saved_fractions=[])   # what a resume restores
+    # what a resume restores; setup_s: wall-clock seconds of steps that were not training time
+    # (compiling, CUDA-graph recording, the first batch: see `progress`)
+    st = dict(step=0, flops=0.0, elapsed=0.0, setup_s=0.0, saved_fractions=[])
     if resume is not None:
         raw_model.load_state_dict(resume["model"])
         opt.load_state_dict(resume["optimizer"])
         st.update(step=resume["step"], flops=resume["flops"], elapsed=resume["elapsed_s"],
+                  setup_s=resume.get("setup_s", 0.0),
                   saved_fractions=list(resume.get("saved_fractions", [])))
         data.load_state_dict(resume["data"])              # the exact next batch ...
         set_rng_state(resume["rng"])                      # ... and the exact next masks
@@ -111,11 +114,22 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         except Exception as e:
             compile_failed(e)
 
+    # The first step of every process is setup, not training: it compiles the step (--compile:
+    # 30 s to minutes), makes the first batch and fills the allocator; on a GPU the compiled
+    # step's second call records the CUDA graph. Counted in the wall-clock budget, it would eat
+    # the warm-up (1 % of it: 5 s of a 9-minute run) before the first real update, which would
+    # then run at the peak learning rate with Adam uncorrected (config.py: D collapses).
+    setup_steps = 2 if args.compile and device.type == "cuda" else 1
+
     def progress():
         """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
-        --hours the whole schedule (warm-up, decay to 0) is laid over the wall-clock budget."""
+        --hours the whole schedule (warm-up, decay to 0) is laid over the *training* time: the
+        wall-clock budget less the setup steps' time (st["setup_s"]). The run still stops at
+        the wall-clock deadline, elapsed = budget, where this fraction reaches 1."""
         if args.hours:
-            return st["elapsed"] / (args.hours * 3600)
+            budget, setup = args.hours * 3600, st["setup_s"]
+            return 1.0 if setup >= budget else \
+                max(0.0, st["elapsed"] - setup) / (budget - setup)
         if args.flops:
             return st["flops"] / args.flops
         return st["step"] / args.max_steps
@@ -128,7 +142,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             return
         state = dict(config=cfg.to_dict(), model=raw_model.state_dict(),
                      optimizer=opt.state_dict(), step=st["step"], flops=st["flops"],
-                     elapsed_s=st["elapsed"], rng=rng_state(), data=data_state,
+                     elapsed_s=st["elapsed"], setup_s=st["setup_s"], rng=rng_state(),
+                     data=data_state,
                      tokenizer=tokenizer.to_text(), saved_fractions=st["saved_fractions"],
                      budget=dict(hours=args.hours, max_steps=args.max_steps, flops=args.flops),
                      seed=args.seed, device=str(device), world=dist.world)
@@ -164,6 +179,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         else None
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
+    setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
     # A budget that goes through a small corpus many times (the demo corpus on a GPU) learns it
@@ -194,6 +210,17 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
+            local_steps += 1
+            if local_steps <= setup_steps:                # not schedule time (see progress)
+                st["setup_s"] += dist.broadcast_float(time.time() - setup_mark) \
+                    if args.hours else time.time() - setup_mark
+                setup_mark = time.time()
+                if local_steps == setup_steps and args.compile:
+                    say(f"step {st['step']}: compiling, {'graph recording, ' * (setup_steps > 1)}"
+                        f"the first batch took {time.time() - t0:.1f} s"
+                        + (": not counted in the learning-rate schedule, which runs over "
+                           "the training time left before the deadline" if args.hours else ""),
+                        flush=True)
             # NaN check without a host sync: remember the first bad step in a device tensor
             bad = ~torch.isfinite(stats["mlm_loss"].detach())
             if "disc_loss" in stats:
