@@ -150,6 +150,10 @@ class PretrainingData:
         self.cls, self.sep, self.pad = self.meta["cls_id"], self.meta["sep_id"], self.meta["pad_id"]
         self.epoch, self.batch = 0, 0
         self._order_epoch, self._order = None, None
+        # for assemble: the memmap as a plain ndarray (no memmap subclass per slice; pages are
+        # still read on demand) and the column numbers 0 .. seq_len - 1
+        self._stream = self.tokens.view(np.ndarray)
+        self._columns = np.arange(seq_len)[None, :]
 
     def batches_per_epoch(self):
         return self.n_seqs // self.batch_size
@@ -186,20 +190,39 @@ class PretrainingData:
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
         first = self.batch * self.batch_size + self.rank * self.local   # this rank's slice
         rows = self.examples[self._order[first:first + self.local]]
-        # Always seq_len wide, padded: static shapes (no recompilation on a GPU), and the pad
-        # positions are excluded everywhere by pad_mask rather than by cutting the tensor.
-        x = np.full((len(rows), self.seq_len), self.pad, dtype=np.int64)
-        seg = np.zeros_like(x)
-        for r, (a0, a, b0, b) in enumerate(rows.tolist()):
-            x[r, 0], x[r, 1:1 + a], x[r, 1 + a] = self.cls, self.tokens[a0:a0 + a], self.sep
-            if b:                                   # segment B and its [SEP]
-                x[r, 2 + a:2 + a + b], x[r, 2 + a + b] = self.tokens[b0:b0 + b], self.sep
-                seg[r, 2 + a:3 + a + b] = 1
+        x, seg = self.assemble(rows)
         self.batch += 1
         if self.batch >= self.batches_per_epoch():
             self.epoch, self.batch = self.epoch + 1, 0
         x = torch.from_numpy(x)
         return dict(x=x, segment_ids=torch.from_numpy(seg), pad_mask=x != self.pad)
+
+
+    def assemble(self, rows):
+        """Examples (a_start, a_len, b_start, b_len) -> x = [CLS] A [SEP] B [SEP] [PAD]... and
+        segment_ids, as (rows, seq_len) int64 arrays. Always seq_len wide, padded: static shapes
+        (no recompilation on a GPU); pad_mask excludes the padding everywhere.
+
+        Whole-array numpy, no loop over rows: on a GPU the batch thread (Prefetcher) runs this
+        beside the thread that launches the step, and a Python loop would hold the GIL for
+        ~1.3 ms a batch of 128 x 128, which at 140 steps/s is a fifth of every step. Column j
+        of row r holds A's token j - 1 (1 <= j <= a), or B's token j - 2 - a (2 + a <= j <
+        2 + a + b): one gather from the token stream fills both segments."""
+        a0, a, b0, b = (rows[:, i:i + 1] for i in range(4))           # (rows, 1) each
+        j = self._columns                                             # (1, seq_len)
+        in_a = (j >= 1) & (j <= a)
+        in_b = (j >= 2 + a) & (j < 2 + a + b)
+        src = np.where(in_a, a0 - 1, b0 - 2 - a) + j                  # stream index per column
+        # (outside A and B src points anywhere: clipped into the stream, then replaced by [PAD])
+        tokens = self._stream.take(src.clip(0, len(self._stream) - 1))
+        x = np.where(in_a | in_b, tokens, self.pad).astype(np.int64)
+        x[:, 0] = self.cls
+        r = np.arange(len(rows))
+        x[r, 1 + a[:, 0]] = self.sep                                  # after A
+        has_b = b[:, 0] > 0
+        x[r[has_b], (2 + a + b)[has_b, 0]] = self.sep                 # after B, if any
+        seg = ((j >= 2 + a) & (j <= 2 + a + b) & (b > 0)).astype(np.int64)   # B and its [SEP]
+        return x, seg
 
 
 # Past this many passes over the same examples a run mostly learns them by heart: a budget that
