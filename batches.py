@@ -134,10 +134,16 @@ class PretrainingData:
     shuffled order that is a pure function of (seed, epoch), so the data position is just two
     integers (epoch, batch) - saved in every checkpoint, which makes --resume exact."""
 
-    def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1):
+    def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1,
+                 arrays=None):
+        """`arrays` (tokens, lengths, meta) in place of a prepared folder's files: the
+        benchmark's synthetic corpus (benchmarks/bench.py), cut into examples the same way."""
         self.dir = Path(data_dir)
-        self.meta = load_meta(self.dir)
-        self.tokens, lengths = load_split(self.dir, split, self.meta)
+        if arrays is None:
+            self.meta = load_meta(self.dir)
+            self.tokens, lengths = load_split(self.dir, split, self.meta)
+        else:
+            self.tokens, lengths, self.meta = arrays
         self.examples = build_examples(lengths, seq_len, seed)
         self.n_seqs, self.seq_len = len(self.examples), seq_len
         if self.n_seqs < batch_size:
@@ -241,6 +247,24 @@ def repetition_warning(steps, data):
             f"about {passes:,.0f} times ({steps:,.0f} steps of {data.batch_size}): it will "
             f"learn them by heart more than the language: prepare more text with `{MORE_TEXT}` "
             "(or --corpus FILES) and train with --data data/wiki")
+
+
+def synthetic_arrays(vocab_size, n_tokens, seed=0):
+    """A stand-in for a prepared split, for benchmarks/bench.py without --data: random ids
+    below the specials, in sentences of 4-40 tokens and documents of 1-20 sentences (so
+    examples have two segments, and padding where a document ends early, as real text gives),
+    and a meta with the specials last, as machinery/tokenizer.py puts them."""
+    rng = np.random.default_rng(seed)
+    lengths, total = [], 0
+    while total < n_tokens:
+        doc = rng.integers(4, 41, size=int(rng.integers(1, 21))).tolist()
+        lengths += doc + [0]                                          # 0: the document ends
+        total += sum(doc)
+    lengths = np.array(lengths, dtype=np.uint32)
+    tokens = rng.integers(0, vocab_size - 4, size=total, dtype=np.uint16)
+    V = vocab_size
+    meta = dict(vocab_size=V, pad_id=V - 4, cls_id=V - 3, sep_id=V - 2, mask_id=V - 1)
+    return tokens, lengths, meta
 
 
 class Prefetcher:

@@ -57,6 +57,19 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     return stats
 
 
+def masked_batch(data, cfg, masking):
+    """Line 1 of §2 on the CPU: the next batch of `data` (a PretrainingData) and its masks (the
+    model's `masking` rule), and the data position after it. On a GPU a background thread
+    (batches.Prefetcher) runs this while the GPU computes the previous step; benchmarks/bench.py
+    makes its batches with it too, so that it times what training runs."""
+    batch = data.next_batch()                             # x, segment_ids, pad_mask
+    special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
+    batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
+                                  cfg.mask_prob, n_random=data.meta["vocab_size"] - 4,
+                                  generator=data.mask_generator(), **masking)
+    return batch, data.state_dict()
+
+
 def update(model, opt, batch, grad_clip, autocast):
     """Both losses, backward, clipping and Adam on a batch already on the device: the part of
     training_step that machinery/step.py compiles into one graph (--compile)."""
@@ -81,7 +94,6 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
                            dist.rank, dist.world)
     tokenizer = load_tokenizer(data_dir)                  # saved in every checkpoint
-    special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
 
     # -- model and optimizer ---------------------------------------------------------------------
     raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
@@ -155,13 +167,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                                   "with --resume") from None
 
     def make_batch():
-        """Line 1 of §2 on the CPU: the next batch and its masks, and the data position after
-        it. On a GPU a background thread runs this while the GPU computes the previous step."""
-        batch = data.next_batch()                         # x, segment_ids, pad_mask
-        batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
-                                      cfg.mask_prob, n_random=data.meta["vocab_size"] - 4,
-                                      generator=data.mask_generator(), **raw_model.masking)
-        return batch, data.state_dict()
+        return masked_batch(data, cfg, raw_model.masking)
 
     # -- the loop ----------------------------------------------------------------------------------
     # MFU (model FLOPs utilisation) needs the hardware's peak: a data sheet on a GPU, a
