@@ -112,15 +112,17 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     data_state = data.state_dict()                        # position after the last used batch
     # Appendix E's count, per step; it changes when two-stage training freezes G.
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
-    # DistributedDataParallel where torchrun started several processes; the model itself else.
-    model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
     # --compile: the whole step as one graph (machinery/step.py) - or the model only where the step
     # cannot be one: DDP's gradient hooks need a backward of their own, and torch.optim.AdamW's
-    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad)
+    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad). The model is
+    # compiled *inside* DistributedDataParallel, DDP(compile(model)): compiled from outside,
+    # Dynamo would trace DDP's own Python forward and split the graph at its buckets.
     step = None
-    if args.compile and (dist.enabled or cfg.optimizer != "official"):
-        model = torch.compile(model)
-    elif args.compile:
+    compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
+    # DistributedDataParallel where torchrun started several processes; the model itself else.
+    model = dist.wrap(torch.compile(raw_model) if compile_model else raw_model,
+                      find_unused=raw_model.stage is not None)
+    if args.compile and not compile_model:
         try:                # (a torch without what machinery/step.py sets up: eager, as a failed compile)
             step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
         except Exception as e:
@@ -197,8 +199,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     try:
         while progress() < 1.0:
             note = raw_model.on_progress(progress())      # two-stage: start stage two at 1/2
-            if note:
-                model = dist.wrap(raw_model, find_unused=True)    # other parameters train now
+            if note:                                      # other parameters train now: a
+                model = dist.wrap(unwrapped(model), find_unused=True)     # new DDP, same model
                 flops_per_step = train_flops_per_step(cfg, raw_model.stage)
                 say(f"step {st['step']}: {note}")
             batch, next_state = fetch()
@@ -206,7 +208,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             # it for two-stage training, which is why the model maps progress first
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
             stats, step, model = compiled_step(step, model, raw_model, opt, batch, lr, cfg, device,
-                                               args, dist)
+                                               args)
             if prof:
                 prof.step()
             st["step"] += 1
@@ -293,7 +295,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 
 # ----------------------------------------------------------------------------- the loop's helpers
 
-def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dist):
+def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
     """One step: the compiled whole step `step` (machinery/step.py) if there is one, else training_step;
     falls back to the eager model if torch.compile fails on this setup. Returns (statistics,
     step, model), the last two changed by a fallback."""
@@ -302,12 +304,23 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dis
             return step(batch, lr), step, model
         return training_step(model, opt, batch, lr, cfg, device, args.precision), step, model
     except Exception as e:
-        if not args.compile or (step is None and model is raw_model):
+        if not args.compile or (step is None and unwrapped(model) is raw_model):
             raise
         compile_failed(e)
         opt.zero_grad(set_to_none=True)
-        model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            # the same DDP with the eager model inside (the same parameters, so its gradient
+            # hooks stay right): wrapping raw_model again would add a second DDP, whose hooks
+            # would all-reduce every gradient a second time
+            model.module = raw_model
+        else:
+            model = raw_model
         return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
+
+
+def unwrapped(model):
+    """The model inside DistributedDataParallel (compiled or not), or the model itself."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
 def compile_failed(e):
