@@ -99,3 +99,44 @@ def test_torchrun_with_a_failed_compile_trains_on_in_one_ddp_and_saves(data_dir,
     ckpt = load_checkpoint(out / "run" / "ckpt.pt")
     assert ckpt["step"] == 6 and ckpt["world"] == 2
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt["model"])
+
+
+def two_nodes(data_dir, out, steps, *extra):
+    """torchrun twice on this machine as two nodes of one process each (--nnodes 2, static
+    rendezvous on 127.0.0.1, gloo): what a two-machine run does, its network the loopback."""
+    import os
+    import subprocess
+    import sys
+    from conftest import ROOT
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={rank}",
+         "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
+         "electra_small.py", "--data", str(data_dir), "--out_dir", str(out), "--size", "tiny",
+         "--max_steps", str(steps), "--log_every", "2", "--threads", "1", *extra],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)]
+    results = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, o, e))
+    return results
+
+
+def test_two_nodes_train_checkpoint_and_resume(data_dir, tmp_path):
+    out = tmp_path / "two_nodes"
+    node0, node1 = two_nodes(data_dir, out, 4)
+    assert node0.returncode == 0 and node1.returncode == 0, why(node0) + why(node1)
+    assert "step 4 |" in node0.stdout and "step 4 |" not in node1.stdout   # global rank 0 logs
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["step"] == 4 and ckpt["world"] == 2
+    node0, node1 = two_nodes(data_dir, out, 6, "--resume")
+    assert node0.returncode == 0 and node1.returncode == 0, why(node0) + why(node1)
+    assert "step 6 |" in node0.stdout and "step 2 |" not in node0.stdout   # continued at 5
+    assert load_checkpoint(out / "ckpt.pt")["step"] == 6
