@@ -67,8 +67,8 @@ from machinery.step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
 from benchmarks.hf_electra import HFElectra
-from benchmarks.step_cost import (OpCounter, compile_counters, measure_step_memory, saved_bytes,
-                       sync)
+from benchmarks.step_cost import (CARDS, OpCounter, RooflineCounter, compile_counters,
+                                  measure_step_memory, roofline, saved_bytes, sync)
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
 MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
@@ -174,6 +174,11 @@ class Contender:
         b, lr = self.next_batch()
         with saved_bytes(self.model) as saved:
             training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        b, lr = self.next_batch()
+        with RooflineCounter() as moved:
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        self.roofline = {card: dict(zip(("eager_s", "cuda_graph_s"), roofline(moved.ops, spec)))
+                         for card, spec in CARDS.items()}
         return ops.n, saved.total
 
     def compile_counts(self):
@@ -204,6 +209,7 @@ class Contender:
                     mfu=flops / dt / peak if peak else None, state_bytes=state,
                     step_mem_bytes=self.mem, mem_kind=self.mem_kind,
                     eager_ops=self.ops, activation_bytes=self.saved,
+                    roofline_estimate=self.roofline,
                     last_mlm_loss=self.stats["mlm_loss"].item())
 
 
@@ -325,6 +331,12 @@ def main(argv=None):
     mib = lambda r: f"{r['activation_bytes'] / 2 ** 20:.0f} MiB"
     print(f"eager ops per step: {side(lambda r: r['eager_ops'])}")
     print(f"activation memory at batch {cfg.batch_size}: {side(mib)}")
+    # A prediction to hold a GPU's measurement against (step_cost.roofline): an estimate.
+    if "ours" in by:
+        for card, t in by["ours"]["roofline_estimate"].items():
+            print(f"roofline estimate (not measured) of ours' step on an {card}: eager "
+                  f"{1000 * t['eager_s']:.2f} ms, CUDA graph {1000 * t['cuda_graph_s']:.2f} ms; "
+                  f"1M steps in {t['cuda_graph_s'] * 1e6 / 3600:.1f} h (graph)")
     compiled = None
     if "ours" in by:
         ours = {c.name: c for c in runs}
