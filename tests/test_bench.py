@@ -160,3 +160,16 @@ def test_bench_refuses_a_data_folder_that_is_not_prepared(tmp_path):
     r = run_cli("benchmarks/bench.py", "--size", "tiny", "--data", tmp_path, timeout=120)
     assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_roofline_counts_bytes_and_flops_and_prices_launches():
+    from benchmarks import step_cost
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    with step_cost.RooflineCounter() as rc:
+        torch.mm(a, b)
+    (moved, flops), = rc.ops
+    assert moved == (64 * 128 + 128 * 32 + 64 * 32) * 4 and flops == 2 * 64 * 128 * 32
+    card = dict(bandwidth=1e9, peak=1e12)                       # 1 GB/s, 1 TFLOP/s
+    eager, graph = step_cost.roofline([(1000, 0), (0, 10 ** 9)], card)
+    assert graph == pytest.approx(1e-6 + 1e-3)                  # bytes-bound + FLOP-bound
+    assert eager == pytest.approx(graph + 2 * step_cost.LAUNCH_S)
