@@ -34,8 +34,9 @@
 #   WHICH [ours,ours_compiled,bert,hf; on a CPU ours,bert,hf]: the bench's contenders
 #   LIMIT_BENCH [240], LIMIT_PROFILE [150], LIMIT_DDP [150], LIMIT_TASK [300], LIMIT_CHECK [240]:
 #     seconds each sub-run may take (SIZE=tiny: half)
-#   FT_RESERVE [150]: seconds `all` keeps for fine-tuning; PRE_STEPS [200]: the steps `finetune`
-#     pre-trains first when it finds no checkpoint
+#   FT_RESERVE [150]: seconds `all` keeps for fine-tuning (its first task gets them even past
+#     the minutes); PRE_MIN [60]: the least time `all` gives pre-training, likewise;
+#     PRE_STEPS [200]: the steps `finetune` pre-trains first when it finds no checkpoint
 # SIZE=tiny shrinks every stage to a smoke run (seconds on a CPU: DEVICE=cpu SIZE=tiny), which
 # is how the stages are tested without a GPU (tests/test_gpu_measure.py).
 set -uo pipefail
@@ -58,7 +59,7 @@ TASKS=${TASKS:-cola,mrpc,stsb,rte,sst2}
 WHICH=${WHICH:-$([ "$DEVICE" = cpu ] && echo ours,bert,hf || echo ours,ours_compiled,bert,hf)}
 LIMIT_BENCH=${LIMIT_BENCH:-240} LIMIT_PROFILE=${LIMIT_PROFILE:-150} LIMIT_DDP=${LIMIT_DDP:-150}
 LIMIT_TASK=${LIMIT_TASK:-300} LIMIT_CHECK=${LIMIT_CHECK:-240}
-FT_RESERVE=${FT_RESERVE:-150} PRE_STEPS=${PRE_STEPS:-200}
+FT_RESERVE=${FT_RESERVE:-150} PRE_STEPS=${PRE_STEPS:-200} PRE_MIN=${PRE_MIN:-60}
 FT_ARGS=${FT_ARGS:-}
 CORPUS=${CORPUS:-$([ -d .carry/corpus ] && echo .carry/corpus || echo ../shared/data/corpus)}
 GLUE=${GLUE:-$([ -d .carry/glue ] && echo .carry/glue || echo ../shared/data/glue)}
@@ -319,16 +320,20 @@ stage_finetune() {
   fi
   stage_status >/dev/null
   mkdir -p "$WORK/glue$S"
-  local t seeds secs
+  local t seeds secs first=1
   # One process per task, each writing its own JSON and with its own limit: a task stopped at
-  # its limit loses only itself. `all` passes its remaining time: the tasks share it.
+  # its limit loses only itself. `all` passes its remaining time: the tasks share it, and the
+  # first gets at least FT_RESERVE seconds even past the minutes, so `all` always has a score.
   for t in ${TASKS//,/ }; do
     seeds=$SEEDS; [ "$t" = sst2 ] && seeds=$SST2_SEEDS
     secs=$LIMIT_TASK
     if [ "$budget" -gt 0 ]; then
-      secs=$((budget - SECONDS)); [ "$secs" -gt "$LIMIT_TASK" ] && secs=$LIMIT_TASK
+      secs=$((budget - SECONDS))
+      [ "$first" = 1 ] && [ "$secs" -lt "$FT_RESERVE" ] && secs=$FT_RESERVE
+      [ "$secs" -gt "$LIMIT_TASK" ] && secs=$LIMIT_TASK
       [ "$secs" -lt 5 ] && { echo "finetune $t: skipped, no time left" | tee -a "$RES/summary.txt"; continue; }
     fi
+    first=0
     # shellcheck disable=SC2086
     limited "finetune $t$S" "$secs" finetune.txt $PY finetune_glue.py --ckpt "$RUN/ckpt.pt" \
       --glue_dir "$GLUE" --tasks "$t" --seeds "$seeds" --device "$DEVICE" \
@@ -404,16 +409,17 @@ stage_all() {
     long) MODEL=electra; run_files _long ;;
   esac
   # the steps that fit: the time left but fine-tuning's, less startup (a minute more to compile),
-  # at 80 % of the bench's rate; at least 60 s and 10 steps, even when that overruns the minutes
-  left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt 60 ] && left=60
+  # at 80 % of the bench's rate; at least PRE_MIN s and 10 steps, even past the minutes
+  left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
   local startup=10; use_compile && startup=70
   steps=$(awk "BEGIN { s = int($rate * ($left - $startup) * 0.8); print (s < 10 ? 10 : s) }")
   echo "all: $job: $steps steps ($rate steps/s measured by the bench, $left s left before fine-tuning)" \
     | tee -a "$RES/summary.txt"
+  # (the limit, PRE_MIN past the time the steps were sized for, only guards against a bad size)
   if [ "$job" = bert ]; then     # BERT-Small at ELECTRA's FLOPs, if they fit
-    pretrain 0 "$left" --flops "$flops"
+    pretrain 0 "$((left + PRE_MIN))" --flops "$flops"
   else
-    pretrain "$steps" "$left"
+    pretrain "$steps" "$((left + PRE_MIN))"
   fi || die "pre-training left no checkpoint: see $RES/pretrain$S.txt"
   stage_finetune "$((deadline - 10))"
   touch "$WORK/glue$S/glue_done"

@@ -113,6 +113,11 @@ class RooflineCounter(TorchDispatchMode):
         from torch.utils.flop_counter import flop_registry
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        # a view (view, t, slice, expand, detach ...) returns an alias and moves nothing
+        alias = [r.alias_info for r in func._schema.returns]
+        if alias and all(a is not None and not a.is_write for a in alias):
+            self.ops.append((0, 0))
+            return out
         moved = sum(t.numel() * t.element_size() for t in tree_leaves((args, kwargs, out))
                     if isinstance(t, torch.Tensor))
         count = flop_registry.get(func._overloadpacket)

@@ -169,6 +169,9 @@ def test_roofline_counts_bytes_and_flops_and_prices_launches():
         torch.mm(a, b)
     (moved, flops), = rc.ops
     assert moved == (64 * 128 + 128 * 32 + 64 * 32) * 4 and flops == 2 * 64 * 128 * 32
+    with step_cost.RooflineCounter() as rc:
+        a.t().detach()                                          # views: nothing moved
+    assert rc.ops == [(0, 0), (0, 0)]
     card = dict(bandwidth=1e9, peak=1e12)                       # 1 GB/s, 1 TFLOP/s
     eager, graph = step_cost.roofline([(1000, 0), (0, 10 ** 9)], card)
     assert graph == pytest.approx(1e-6 + 1e-3)                  # bytes-bound + FLOP-bound

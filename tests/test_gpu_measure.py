@@ -96,17 +96,19 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     at the first run's FLOPs."""
     work, res = tmp_path / "work", tmp_path / "res"
     env = dict(WORK=str(work), CORPUS=str(corpus_file.parent), GLUE=str(GLUE), TASKS="rte",
-               SEEDS="1", FT_RESERVE="20", LIMIT_CHECK="1200", LIMIT_BENCH="1200",
+               SEEDS="1", FT_RESERVE="300", PRE_MIN="30", LIMIT_CHECK="1200", LIMIT_BENCH="1200",
                LIMIT_TASK="1200")
-    r = stage("all", 1.5, res, **env)
+    r = stage("all", 0.5, res, **env)          # (too few: pre-training gets PRE_MIN)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary(res)
     assert "selfcheck: ok" in s and "bench ours: ok" in s and "finetune rte: ok" in s
     steps = int(re.search(r"all: electra: (\d+) steps \(([\d.]+) steps/s", s)[1])
+    assert steps >= 10 and f"--max_steps {steps}" in (res / "pretrain.txt").read_text()
+    # (the run has a time limit too: on a busy machine it may stop sooner, checkpoint saved)
     log = [json.loads(l) for l in (res / "pretrain_log.jsonl").read_text().splitlines()]
-    assert log[-1]["step"] == steps >= 10
+    assert 0 < log[-1]["step"] <= steps
     assert json.loads((res / "glue_gpu.json").read_text())["glue_tasks"] == ["rte"]
-    r = stage("all", 1, res, **env)
+    r = stage("all", 0.5, res, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     bert = [json.loads(l) for l in (res / "pretrain_log_bert.jsonl").read_text().splitlines()]
     assert bert[-1]["model"] == "bert" and bert[-1]["flops"] >= log[-1]["flops"]
