@@ -111,5 +111,7 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     r = stage("all", 0.5, res, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     bert = [json.loads(l) for l in (res / "pretrain_log_bert.jsonl").read_text().splitlines()]
-    assert bert[-1]["model"] == "bert" and bert[-1]["flops"] >= log[-1]["flops"]
+    assert bert[-1]["model"] == "bert" and "--flops " in (res / "pretrain_bert.txt").read_text()
+    if "pretrain_bert: ok" in summary(res):           # (not stopped at its limit)
+        assert bert[-1]["flops"] >= log[-1]["flops"]
     assert (res / "glue_gpu_bert.json").exists()
