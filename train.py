@@ -57,6 +57,19 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     return stats
 
 
+def masked_batch(data, cfg, masking):
+    """Line 1 of §2 on the CPU: the next batch of `data` (a PretrainingData) and its masks (the
+    model's `masking` rule), and the data position after it. On a GPU a background thread
+    (batches.Prefetcher) runs this while the GPU computes the previous step; benchmarks/bench.py
+    makes its batches with it too, so that it times what training runs."""
+    batch = data.next_batch()                             # x, segment_ids, pad_mask
+    special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
+    batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
+                                  cfg.mask_prob, n_random=data.meta["vocab_size"] - 4,
+                                  generator=data.mask_generator(), **masking)
+    return batch, data.state_dict()
+
+
 def update(model, opt, batch, grad_clip, autocast):
     """Both losses, backward, clipping and Adam on a batch already on the device: the part of
     training_step that machinery/step.py compiles into one graph (--compile)."""
@@ -81,41 +94,56 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
                            dist.rank, dist.world)
     tokenizer = load_tokenizer(data_dir)                  # saved in every checkpoint
-    special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
 
     # -- model and optimizer ---------------------------------------------------------------------
     raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
     opt = make_optimizer(raw_model, cfg, device)
-    st = dict(step=0, flops=0.0, elapsed=0.0, saved_fractions=[])   # what a resume restores
+    # what a resume restores; setup_s: wall-clock seconds of steps that were not training time
+    # (compiling, CUDA-graph recording, the first batch: see `progress`)
+    st = dict(step=0, flops=0.0, elapsed=0.0, setup_s=0.0, saved_fractions=[])
     if resume is not None:
         raw_model.load_state_dict(resume["model"])
         opt.load_state_dict(resume["optimizer"])
         st.update(step=resume["step"], flops=resume["flops"], elapsed=resume["elapsed_s"],
+                  setup_s=resume.get("setup_s", 0.0),
                   saved_fractions=list(resume.get("saved_fractions", [])))
         data.load_state_dict(resume["data"])              # the exact next batch ...
         set_rng_state(resume["rng"])                      # ... and the exact next masks
     data_state = data.state_dict()                        # position after the last used batch
     # Appendix E's count, per step; it changes when two-stage training freezes G.
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
-    # DistributedDataParallel where torchrun started several processes; the model itself else.
-    model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
     # --compile: the whole step as one graph (machinery/step.py) - or the model only where the step
     # cannot be one: DDP's gradient hooks need a backward of their own, and torch.optim.AdamW's
-    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad)
+    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad). The model is
+    # compiled *inside* DistributedDataParallel, DDP(compile(model)): compiled from outside,
+    # Dynamo would trace DDP's own Python forward and split the graph at its buckets.
     step = None
-    if args.compile and (dist.enabled or cfg.optimizer != "official"):
-        model = torch.compile(model)
-    elif args.compile:
+    compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
+    # DistributedDataParallel where torchrun started several processes; the model itself else.
+    model = dist.wrap(torch.compile(raw_model) if compile_model else raw_model,
+                      find_unused=raw_model.stage is not None)
+    if args.compile and not compile_model:
         try:                # (a torch without what machinery/step.py sets up: eager, as a failed compile)
             step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
         except Exception as e:
             compile_failed(e)
 
+    # The first step of every process is setup, not training: it compiles the step (--compile:
+    # 30 s to minutes), makes the first batch and fills the allocator; on a GPU the compiled
+    # step's second call records the CUDA graph. Counted in the wall-clock budget, it would eat
+    # the warm-up (1 % of it: 5 s of a 9-minute run) before the first real update, which would
+    # then run at the peak learning rate with Adam uncorrected (config.py: D collapses).
+    setup_steps = 2 if args.compile and device.type == "cuda" else 1
+
     def progress():
         """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
-        --hours the whole schedule (warm-up, decay to 0) is laid over the wall-clock budget."""
+        --hours the whole schedule (warm-up, decay to 0) is laid over the *training* time: the
+        wall-clock budget less the setup steps' time (st["setup_s"]). The run still stops at
+        the wall-clock deadline, elapsed = budget, where this fraction reaches 1."""
         if args.hours:
-            return st["elapsed"] / (args.hours * 3600)
+            budget, setup = args.hours * 3600, st["setup_s"]
+            return 1.0 if setup >= budget else \
+                max(0.0, st["elapsed"] - setup) / (budget - setup)
         if args.flops:
             return st["flops"] / args.flops
         return st["step"] / args.max_steps
@@ -128,7 +156,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             return
         state = dict(config=cfg.to_dict(), model=raw_model.state_dict(),
                      optimizer=opt.state_dict(), step=st["step"], flops=st["flops"],
-                     elapsed_s=st["elapsed"], rng=rng_state(), data=data_state,
+                     elapsed_s=st["elapsed"], setup_s=st["setup_s"], rng=rng_state(),
+                     data=data_state,
                      tokenizer=tokenizer.to_text(), saved_fractions=st["saved_fractions"],
                      budget=dict(hours=args.hours, max_steps=args.max_steps, flops=args.flops),
                      seed=args.seed, device=str(device), world=dist.world)
@@ -140,13 +169,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                                   "with --resume") from None
 
     def make_batch():
-        """Line 1 of §2 on the CPU: the next batch and its masks, and the data position after
-        it. On a GPU a background thread runs this while the GPU computes the previous step."""
-        batch = data.next_batch()                         # x, segment_ids, pad_mask
-        batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
-                                      cfg.mask_prob, n_random=data.meta["vocab_size"] - 4,
-                                      generator=data.mask_generator(), **raw_model.masking)
-        return batch, data.state_dict()
+        return masked_batch(data, cfg, raw_model.masking)
 
     # -- the loop ----------------------------------------------------------------------------------
     # MFU (model FLOPs utilisation) needs the hardware's peak: a data sheet on a GPU, a
@@ -164,6 +187,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         else None
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
+    setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
     # A budget that goes through a small corpus many times (the demo corpus on a GPU) learns it
@@ -175,8 +199,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     try:
         while progress() < 1.0:
             note = raw_model.on_progress(progress())      # two-stage: start stage two at 1/2
-            if note:
-                model = dist.wrap(raw_model, find_unused=True)    # other parameters train now
+            if note:                                      # other parameters train now: a
+                model = dist.wrap(unwrapped(model), find_unused=True)     # new DDP, same model
                 flops_per_step = train_flops_per_step(cfg, raw_model.stage)
                 say(f"step {st['step']}: {note}")
             batch, next_state = fetch()
@@ -184,7 +208,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             # it for two-stage training, which is why the model maps progress first
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
             stats, step, model = compiled_step(step, model, raw_model, opt, batch, lr, cfg, device,
-                                               args, dist)
+                                               args)
             if prof:
                 prof.step()
             st["step"] += 1
@@ -194,6 +218,17 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
+            local_steps += 1
+            if local_steps <= setup_steps:                # not schedule time (see progress)
+                st["setup_s"] += dist.broadcast_float(time.time() - setup_mark) \
+                    if args.hours else time.time() - setup_mark
+                setup_mark = time.time()
+                if local_steps == setup_steps and args.compile:
+                    say(f"step {st['step']}: compiling, {'graph recording, ' * (setup_steps > 1)}"
+                        f"the first batch took {time.time() - t0:.1f} s"
+                        + (": not counted in the learning-rate schedule, which runs over "
+                           "the training time left before the deadline" if args.hours else ""),
+                        flush=True)
             # NaN check without a host sync: remember the first bad step in a device tensor
             bad = ~torch.isfinite(stats["mlm_loss"].detach())
             if "disc_loss" in stats:
@@ -262,7 +297,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 
 # ----------------------------------------------------------------------------- the loop's helpers
 
-def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dist):
+def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
     """One step: the compiled whole step `step` (machinery/step.py) if there is one, else training_step;
     falls back to the eager model if torch.compile fails on this setup. Returns (statistics,
     step, model), the last two changed by a fallback."""
@@ -271,12 +306,23 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args, dis
             return step(batch, lr), step, model
         return training_step(model, opt, batch, lr, cfg, device, args.precision), step, model
     except Exception as e:
-        if not args.compile or (step is None and model is raw_model):
+        if not args.compile or (step is None and unwrapped(model) is raw_model):
             raise
         compile_failed(e)
         opt.zero_grad(set_to_none=True)
-        model = dist.wrap(raw_model, find_unused=raw_model.stage is not None)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            # the same DDP with the eager model inside (the same parameters, so its gradient
+            # hooks stay right): wrapping raw_model again would add a second DDP, whose hooks
+            # would all-reduce every gradient a second time
+            model.module = raw_model
+        else:
+            model = raw_model
         return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
+
+
+def unwrapped(model):
+    """The model inside DistributedDataParallel (compiled or not), or the model itself."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
 def compile_failed(e):

@@ -6,11 +6,17 @@
     python benchmarks/bench.py --device cuda --which ours,ours_compiled,bert,hf   # ours eager and compiled
     python benchmarks/bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
 
-What is measured: full optimizer steps - forward, backward, gradient clipping, AdamW - on the
-same synthetic batches (random ids from a fixed seed, [CLS] ... [SEP], masked by objectives.mask_tokens
-exactly as training does), with the same config and the same optimizer (make_optimizer). Each
-contender runs `--warmup` untimed steps (allocator, torch.compile), then `--steps` timed ones,
-and gets a line: steps/s, tokens/s, ms/step (of the median step), MFU, and the memory one step
+What is measured is the training loop's own step (train.py), nothing less and nothing more:
+batches made as training makes them - batches.PretrainingData's two-segment examples
+([CLS] A [SEP] B [SEP], padded where a document ends early, with pad_mask and segment_ids),
+masked by train.masked_batch - from a prepared corpus (--data) or, without one, from a
+synthetic token stream with sentences and documents (batches.synthetic_arrays); the same
+train.training_step or compiled step (machinery/step.py); on a CPU the batch made in line, inside
+the timed step, on a GPU by batches.Prefetcher's thread into pinned memory, as training does.
+Each contender runs `--warmup` untimed steps (allocator, torch.compile), then its timed steps
+in blocks of `--block` (default 10 on a GPU, 1 elsewhere) with a device sync only at a block's
+ends - training never syncs between log lines, so a per-step sync would time a slower step -
+and gets a line: steps/s, tokens/s, ms/step (of the median block), MFU, and the memory one step
 needs above what was held before it (peak CUDA allocation; peak RSS growth on a CPU) plus the
 weights and Adam's state.
 
@@ -18,7 +24,9 @@ Then three lines, side by side, that say what a step costs wherever it runs (too
     eager ops per step: ours N, bert N, hf N        aten operations of one eager step (benchmarks/step_cost.py)
     activation memory at batch B: ours X MiB, ...    bytes saved for backward (benchmarks/step_cost.py)
     compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, machinery/step.py)
-Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
+and, for ours, a roofline *estimate* of its step on an H100 SXM and an RTX 4090, eager and as a
+CUDA graph, from the bytes and FLOPs of its counted operations (step_cost.roofline; docs/gpu.md
+says what it is worth). Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
 unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
 GPU runs one fused kernel. The compiled line comes from the compiled contender with --compile
 (or ours_compiled), else from a quick trace of ours with backend aot_eager.
@@ -51,37 +59,42 @@ import torch
 if not __package__:   # run as a path (python benchmarks/bench.py): import from the project root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from objectives import mask_tokens
+from data import DataError
 from machinery.device import DeviceError, pick_device, pick_precision
 from machinery import cli
 from config import SIZES, Config
-from train import make_optimizer, training_step, update
+from train import make_optimizer, masked_batch, training_step, update
+from batches import PretrainingData, Prefetcher, synthetic_arrays
 from machinery.step import compile_step
 from flops import hardware_flops_per_step, peak_flops
 from ablations import build_model
 from benchmarks.hf_electra import HFElectra
-from benchmarks.step_cost import (OpCounter, compile_counters, measure_step_memory, saved_bytes,
-                       sync)
+from benchmarks.step_cost import (CARDS, OpCounter, RooflineCounter, compile_counters,
+                                  measure_step_memory, roofline, saved_bytes, sync)
 
 # Each objective's masking, as Trainer's: BERT 80/10/10, ELECTRA 85 % [MASK] + 15 % kept.
 MASK_KW = {"electra": dict(replace_prob=0.85, random_prob=0.0),
            "bert": dict(replace_prob=0.8, random_prob=0.1)}
 
 
+def bench_data(cfg, data_dir=None, seed=0):
+    """A batches.PretrainingData that serves training's batches: of the prepared corpus at
+    data_dir, or of a synthetic stream of about 64 batches' tokens (enough examples that no
+    batch repeats within a benchmark)."""
+    if data_dir:
+        return PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, seed)
+    arrays = synthetic_arrays(cfg.vocab_size, 64 * cfg.batch_size * cfg.seq_len, seed)
+    return PretrainingData("(synthetic)", "train", cfg.batch_size, cfg.seq_len, seed,
+                           arrays=arrays)
+
+
 def make_batches(cfg, n=4, seed=0):
-    """n fixed synthetic batches (CPU), each masked for ELECTRA and for BERT from one seed."""
-    V = cfg.vocab_size
-    pad, cls, sep, mask = V - 4, V - 3, V - 2, V - 1     # machinery/tokenizer.py puts the specials last
-    g = torch.Generator().manual_seed(seed)
-    out = {k: [] for k in MASK_KW}
-    for _ in range(n):
-        x = torch.randint(0, V - 4, (cfg.batch_size, cfg.seq_len), generator=g)
-        x[:, 0], x[:, -1] = cls, sep
-        s = int(torch.randint(0, 2 ** 31, (1,), generator=g))
-        for k, kw in MASK_KW.items():
-            b = mask_tokens(x, (pad, cls, sep), mask, cfg.n_slots, cfg.mask_prob, n_random=V - 4,
-                            generator=torch.Generator().manual_seed(s), **kw)
-            out[k].append(dict(x=x, masked=b))
+    """n batches as training makes them (x, segment_ids, pad_mask, masked), masked for ELECTRA
+    and for BERT: the same examples and mask positions for both, each with its own rule."""
+    out = {}
+    for k, kw in MASK_KW.items():
+        data = bench_data(cfg, seed=seed)
+        out[k] = [masked_batch(data, cfg, kw)[0] for _ in range(n)]
     return out
 
 
@@ -92,8 +105,7 @@ def check_compiled_step(cfg, device, precision, steps=3):
     AOTAutograd with backend aot_eager - the graphs Inductor would compile, run op by op, so no
     code is generated and it takes seconds. At batch <= 8: the graphs do not depend on it."""
     small = replace(cfg, batch_size=min(cfg.batch_size, 8))
-    c = Contender("ours", small, make_batches(small, n=steps)["electra"], device, False,
-                  precision)
+    c = Contender("ours", small, bench_data(small), device, False, precision)
     c.compiled, c.mode = compile_step(update, c.model, c.opt, cfg.grad_clip, device, precision,
                                       backend="aot_eager", fullgraph=False), "compiled"
     for _ in range(steps):
@@ -102,11 +114,15 @@ def check_compiled_step(cfg, device, precision, steps=3):
 
 
 class Contender:
-    """One model + optimizer + its batches, stepped by training_step exactly as training does."""
+    """One model + optimizer + its data, stepped as training steps: the batch made in line on a
+    CPU, by a Prefetcher thread on a GPU; training_step or the compiled step."""
 
-    def __init__(self, name, cfg, batches, device, compile_, precision="auto"):
-        self.name, self.cfg, self.batches, self.device = name, cfg, batches, device
+    def __init__(self, name, cfg, data, device, compile_, precision="auto"):
+        self.name, self.cfg, self.device = name, cfg, device
         self.precision = precision
+        masking = MASK_KW["bert" if cfg.model == "bert" else "electra"]
+        make = lambda: masked_batch(data, cfg, masking)
+        self.fetch = Prefetcher(make) if device.type == "cuda" else make
         torch.manual_seed(0)
         self.model = (HFElectra(cfg) if name == "hf" else build_model(cfg)).to(device)
         self.opt = make_optimizer(self.model, cfg, device)
@@ -125,7 +141,11 @@ class Contender:
         """The next batch, and a learning rate that changes every step as training's schedule
         does (a compiled step must not compile again for it)."""
         self.i += 1
-        return self.batches[(self.i - 1) % len(self.batches)], self.cfg.lr * self.i / (self.i + 1)
+        return self.fetch()[0], self.cfg.lr * self.i / (self.i + 1)
+
+    def close(self):
+        if isinstance(self.fetch, Prefetcher):
+            self.fetch.close()
 
     def step(self):
         b, lr = self.next_batch()
@@ -156,6 +176,11 @@ class Contender:
         b, lr = self.next_batch()
         with saved_bytes(self.model) as saved:
             training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        b, lr = self.next_batch()
+        with RooflineCounter() as moved:
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+        self.roofline = {card: dict(zip(("eager_s", "cuda_graph_s"), roofline(moved.ops, spec)))
+                         for card, spec in CARDS.items()}
         return ops.n, saved.total
 
     def compile_counts(self):
@@ -164,12 +189,14 @@ class Contender:
         g = self.graphs
         return dict(graphs=g[0], breaks=self.breaks, recompiles=sum(g[1:]), steps=len(g))
 
-    def timed_step(self):
+    def timed_block(self, n):
+        """n steps back to back, as training runs them: a device sync at the ends only."""
         sync(self.device)
         t0 = time.perf_counter()
-        self.step()
+        for _ in range(n):
+            self.step()
         sync(self.device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append((time.perf_counter() - t0) / n)
 
     def result(self, peak):
         c, dt = self.cfg, statistics.median(self.times)
@@ -184,6 +211,7 @@ class Contender:
                     mfu=flops / dt / peak if peak else None, state_bytes=state,
                     step_mem_bytes=self.mem, mem_kind=self.mem_kind,
                     eager_ops=self.ops, activation_bytes=self.saved,
+                    roofline_estimate=self.roofline,
                     last_mlm_loss=self.stats["mlm_loss"].item())
 
 
@@ -203,6 +231,12 @@ def parse_args(argv=None):
     p.add_argument("--batch_size", type=cli.batch_size, default=None,
                    help=f"default: the size's (128); at most {cli.MAX_BATCH}")
     p.add_argument("--steps", type=cli.positive_int, default=20, help="timed steps per contender")
+    p.add_argument("--block", type=cli.positive_int, default=None,
+                   help="steps timed together, a device sync at their ends only (default: 10 on "
+                        "a GPU, 1 elsewhere); --steps is rounded down to whole blocks, at least one")
+    p.add_argument("--data", type=cli.nonempty, default=None,
+                   help="a prepared data folder to take the batches from (default: a synthetic "
+                        "stream of two-segment examples, as PretrainingData cuts them)")
     p.add_argument("--warmup", type=cli.positive_int, default=3,
                    help="untimed steps first (at least 1)")
     p.add_argument("--which", default="ours,bert,hf",
@@ -233,6 +267,14 @@ def main(argv=None):
     device = pick_device(args.device)
     cfg = replace(Config(), **SIZES[args.size])
     cfg = replace(cfg, batch_size=args.batch_size) if args.batch_size else cfg
+    block = args.block or (10 if device.type == "cuda" else 1)
+    rounds = max(1, args.steps // block)
+    try:
+        data = bench_data(cfg, args.data)            # (checked before any model is built)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    cfg = replace(cfg, vocab_size=data.meta["vocab_size"])     # --data: the corpus' vocabulary
     try:
         import transformers
         hf_version = transformers.__version__
@@ -246,19 +288,20 @@ def main(argv=None):
              f"CPU, {torch.get_num_threads()} threads" if device.type == "cpu" else device.type,
              torch=torch.__version__, transformers=hf_version, size=args.size,
              batch_size=cfg.batch_size, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size,
-             steps=args.steps, warmup=args.warmup, compile=args.compile, peak_flops=peak,
+             steps=rounds * block, block=block, rounds=rounds,
+             data=args.data or "synthetic", warmup=args.warmup, compile=args.compile, peak_flops=peak,
              peak_note=peak_note, precision=pick_precision(args.precision, device)[0], load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else -1)
     # the load average shows other jobs on the machine: they slow every contender alike
     print(f"{h['device']} | torch {h['torch']} | transformers {hf_version or 'not installed'} | "
           f"{args.size}: batch {cfg.batch_size} x seq {cfg.seq_len}, vocab {cfg.vocab_size} | "
-          f"{args.warmup} warm-up + {args.steps} timed steps, interleaved | {h['precision']} "
+          f"{args.warmup} warm-up + {rounds} x {block} timed steps, interleaved | data "
+          f"{h['data']} | {h['precision']} "
           f"autocast for all | load avg "
           f"{h['load_avg']:.1f} | MFU vs {peak_note}" + (f" {peak:.3g} FLOP/s" if peak else ""),
           flush=True)
-    batches = make_batches(cfg)
+    # every contender its own copy of the data, from the same seed: the same batches for all
     runs = [Contender(n, replace(cfg, model="bert") if n == "bert" else cfg,
-                      batches["bert" if n == "bert" else "electra"], device,
-                      args.compile or n == "ours_compiled",
+                      bench_data(cfg, args.data), device, args.compile or n == "ours_compiled",
                       args.precision)
             for n in args.which]
     for c in runs:                       # warm-up; the last warm-up step also measures memory
@@ -266,9 +309,11 @@ def main(argv=None):
             c.step()
         c.mem, c.mem_kind = measure_step_memory(device, c.step)
         c.ops, c.saved = c.eager_costs()             # two more, untimed, eager steps
-    for r in range(args.steps):          # round r: one step each, the order rotating
+    for r in range(rounds):              # round r: one block each, the order rotating
         for c in runs[r % len(runs):] + runs[:r % len(runs)]:
-            c.timed_step()
+            c.timed_block(block)
+    for c in runs:
+        c.close()
     results = [c.result(peak) for c in runs]
     for r in results:
         print(line(r), flush=True)
@@ -288,6 +333,12 @@ def main(argv=None):
     mib = lambda r: f"{r['activation_bytes'] / 2 ** 20:.0f} MiB"
     print(f"eager ops per step: {side(lambda r: r['eager_ops'])}")
     print(f"activation memory at batch {cfg.batch_size}: {side(mib)}")
+    # A prediction to hold a GPU's measurement against (step_cost.roofline): an estimate.
+    if "ours" in by:
+        for card, t in by["ours"]["roofline_estimate"].items():
+            print(f"roofline estimate (not measured) of ours' step on an {card}: eager "
+                  f"{1000 * t['eager_s']:.2f} ms, CUDA graph {1000 * t['cuda_graph_s']:.2f} ms; "
+                  f"1M steps in {t['cuda_graph_s'] * 1e6 / 3600:.1f} h (graph)")
     compiled = None
     if "ours" in by:
         ours = {c.name: c for c in runs}

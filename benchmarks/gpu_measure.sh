@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Measuring ELECTRA-Small on a GPU, one stage per command (docs/gpu.md has the plan).
 #
+#   bash benchmarks/gpu_measure.sh all MIN  [RES]   # everything below in MIN minutes, in one command;
+#                                        #   again: BERT-Small at the same FLOPs, then a longer run
 #   bash benchmarks/gpu_measure.sh carry [N]        # on the machine with the data: N corpus shards + GLUE
 #                                        #   into .carry/ (default: as many as fit in 64 MiB)
-#   bash benchmarks/gpu_measure.sh check    [RES]   # GPU, versions, 3 tiny steps eager and --compile
+#   bash benchmarks/gpu_measure.sh check    [RES]   # GPU, versions, the compiled step's self-check
 #   bash benchmarks/gpu_measure.sh prepare  [RES]   # the carried shards -> out_gpu/data/corpus
 #   bash benchmarks/gpu_measure.sh bench    [RES]   # benchmarks/bench.py (4 contenders), --profile, torchrun + NCCL
 #   bash benchmarks/gpu_measure.sh start    [RES]   # pre-train the Table 6 model in the background
@@ -12,9 +14,13 @@
 #   bash benchmarks/gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
 #
 # Every stage fits one 10-minute command on an H100 and writes its few result files into RES
-# (default $OUT, else out_gpu/results); what lasts between stages (prepared data, the run, its
-# checkpoints) lives in WORK (default out_gpu/, git-ignored). A stage that fails exits non-zero
-# with one "error:" line.
+# (default $OUT, else out_gpu/results) as soon as it has them; what lasts between stages
+# (prepared data, the run, its checkpoints) lives in WORK (default out_gpu/, git-ignored) - and
+# may be gone at the next command on a lent machine, so every stage makes what it needs when it
+# is missing (the prepared corpus, a checkpoint to fine-tune). Every sub-run (each bench
+# contender, the profile, torchrun, each fine-tuning task) has its own time limit; its outcome
+# (ok, FAILED, TIMED OUT) is a line of RES/summary.txt and never stops the others. A stage that
+# cannot start exits non-zero with one "error:" line.
 #
 # Settings, as environment variables (defaults in brackets):
 #   DEVICE [cuda]   SIZE [small]   PY [python3]   WORK [out_gpu]   WORKERS [all cores]
@@ -23,7 +29,14 @@
 #   SEEDS [3], SST2_SEEDS [1]: fine-tuning seeds (SST-2 is 8x larger than the others)
 #   TASKS [cola,mrpc,stsb,rte,sst2]   FT_ARGS: extra finetune_glue.py flags
 #   MODEL [electra]: bert pre-trains and fine-tunes BERT-Small, its files named *_bert
-#   CORPUS [.carry/corpus, else ../shared/data/corpus]   GLUE [.carry/glue, else ../shared/...]
+#   CORPUS [.carry/corpus, else ../shared/data/corpus]: a folder of your own .txt/.txt.xz/.txt.gz
+#     files works too     GLUE [.carry/glue, else ../shared/...]: CoLA/ SST-2/ ... with train/dev.tsv
+#   WHICH [ours,ours_compiled,bert,hf; on a CPU ours,bert,hf]: the bench's contenders
+#   LIMIT_BENCH [240], LIMIT_PROFILE [150], LIMIT_DDP [150], LIMIT_TASK [300], LIMIT_CHECK [240]:
+#     seconds each sub-run may take (SIZE=tiny: half)
+#   FT_RESERVE [150]: seconds `all` keeps for fine-tuning (its first task gets them even past
+#     the minutes); PRE_MIN [60]: the least time `all` gives pre-training, likewise;
+#     PRE_STEPS [200]: the steps `finetune` pre-trains first when it finds no checkpoint
 # SIZE=tiny shrinks every stage to a smoke run (seconds on a CPU: DEVICE=cpu SIZE=tiny), which
 # is how the stages are tested without a GPU (tests/test_gpu_measure.py).
 set -uo pipefail
@@ -31,6 +44,7 @@ cd "$(dirname "$0")/.."    # the project root
 
 STAGE=${1:-}
 [ "$STAGE" = wait ] && { WAIT_S=${2:-500}; shift; }
+[ "$STAGE" = all ] && { ALL_MIN=${2:-9}; shift; }
 RES=${2:-${OUT:-${WORK:-out_gpu}/results}}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-small}
@@ -42,20 +56,31 @@ COMPILE=${COMPILE:-auto}
 SEEDS=${SEEDS:-3}
 SST2_SEEDS=${SST2_SEEDS:-1}
 TASKS=${TASKS:-cola,mrpc,stsb,rte,sst2}
+WHICH=${WHICH:-$([ "$DEVICE" = cpu ] && echo ours,bert,hf || echo ours,ours_compiled,bert,hf)}
+LIMIT_BENCH=${LIMIT_BENCH:-240} LIMIT_PROFILE=${LIMIT_PROFILE:-150} LIMIT_DDP=${LIMIT_DDP:-150}
+LIMIT_TASK=${LIMIT_TASK:-300} LIMIT_CHECK=${LIMIT_CHECK:-240}
+FT_RESERVE=${FT_RESERVE:-150} PRE_STEPS=${PRE_STEPS:-200} PRE_MIN=${PRE_MIN:-60}
 FT_ARGS=${FT_ARGS:-}
 CORPUS=${CORPUS:-$([ -d .carry/corpus ] && echo .carry/corpus || echo ../shared/data/corpus)}
 GLUE=${GLUE:-$([ -d .carry/glue ] && echo .carry/glue || echo ../shared/data/glue)}
 export PYTHONUNBUFFERED=1
 MODEL=${MODEL:-electra}
-S=$([ "$MODEL" = electra ] || echo "_$MODEL")    # BERT's files beside ELECTRA's: *_bert
-RUN=$WORK/pretrain$S                     # the pre-training run's folder (ckpt.pt, log.jsonl)
-LOG=$WORK/pretrain$S.log PID=$WORK/pretrain$S.pid
+# A pre-training run's files: S is "" for ELECTRA, _bert for BERT-Small, _long for `all`'s
+# longer ELECTRA run, so each has its own folder and results beside the others'.
+run_files() {
+  S=$1
+  RUN=$WORK/pretrain$S                     # the pre-training run's folder (ckpt.pt, log.jsonl)
+  LOG=$WORK/pretrain$S.log PID=$WORK/pretrain$S.pid
+}
+run_files "$([ "$MODEL" = electra ] || echo "_$MODEL")"
 
 # The smoke-run scale (SIZE=tiny) against the real one.
 if [ "$SIZE" = tiny ]; then
   BENCH_FLAGS="--steps 2 --warmup 1"; PROFILE_STEPS=3; DDP_STEPS=4; LOG_EVERY=5
   PREP_FLAGS="--max_tokens 200000 --bpe_mb 1 --vocab_size 1000"
   FT_ARGS="--max_train 64 --epochs 1 $FT_ARGS"
+  for v in LIMIT_BENCH LIMIT_PROFILE LIMIT_DDP LIMIT_TASK LIMIT_CHECK; do eval "$v=\$(( $v / 2 ))"; done
+  [ "$PRE_STEPS" = 200 ] && PRE_STEPS=20
 else
   BENCH_FLAGS="--steps 100 --warmup 10"; PROFILE_STEPS=20; DDP_STEPS=20; LOG_EVERY=500
   PREP_FLAGS=""
@@ -66,6 +91,36 @@ die() { echo "error: $*" >&2; exit 1; }
 
 # One `python` line per step of a stage, echoed, its output shown and kept in RES/LOG.
 run() { local log=$1; shift; echo "+ $*" | tee -a "$RES/$log"; "$@" 2>&1 | tee -a "$RES/$log"; }
+
+# A sub-run with a time limit: `limited NAME SECONDS LOG command...`. Its output goes to RES/LOG,
+# its outcome to RES/summary.txt; it returns the command's status and never exits the stage.
+# (timeout sends SIGTERM first: a pre-training run saves its checkpoint on it.)
+limited() {
+  local name=$1 secs=$2 log=$3 t0=$SECONDS rc outcome; shift 3
+  [ "$secs" -ge 1 ] 2>/dev/null || secs=1
+  echo "+ [$name: limit $secs s] $*" | tee -a "$RES/$log"
+  timeout -k 20 "$secs" "$@" 2>&1 | tee -a "$RES/$log"; rc=${PIPESTATUS[0]}
+  case $rc in
+    0) outcome=ok ;;
+    124|137) outcome="TIMED OUT at its limit of $secs s" ;;
+    *) outcome="FAILED (exit $rc)" ;;
+  esac
+  echo "$name: $outcome, $((SECONDS - t0)) s (output: $log)" | tee -a "$RES/summary.txt"
+  return "$rc"
+}
+
+# The prepared corpus, prepared here if a lost machine took it (every stage that reads it).
+ensure_corpus() { [ -f "$WORK/data/corpus/meta.json" ] || stage_prepare; }
+
+# Whether pre-training uses --compile: COMPILE=1/0, else what `check` found (auto: on a GPU yes
+# unless its self-check failed; on a CPU no - compiling takes minutes there and does not pay).
+use_compile() {
+  case $COMPILE in
+    1) return 0 ;; 0) return 1 ;;
+  esac
+  [ "$DEVICE" = cpu ] && return 1
+  [ "$(cat "$WORK/compile_ok" 2>/dev/null)" != no ]
+}
 
 running() { [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; }
 
@@ -97,76 +152,100 @@ stage_carry() {
 }
 
 stage_check() {
-  # Versions first (seconds), then the failures that matter: a CUDA step, and a compiled one.
+  # Versions first (seconds), then the compiled step's self-check (benchmarks/selfcheck.py):
+  # Inductor's whole step against eager at the Table 6 shape, dropout off, losses within its
+  # stated tolerance, and every step a CUDA graph. On a CPU it traces with aot_eager (Inductor
+  # would compile for minutes there).
   {
     command -v nvidia-smi >/dev/null && nvidia-smi
     $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
 '| cuda', torch.version.cuda, '| GPU', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
-    $PY -c "import transformers; print('transformers', transformers.__version__)" 2>&1 | tail -1
+    $PY -c "import transformers; print('transformers', transformers.__version__)" 2>/dev/null \
+      || echo "transformers not installed (the bench's hf contender will be skipped)"
     $PY -c "import numpy, tiktoken; print('numpy', numpy.__version__, '| tiktoken', tiktoken.__version__)"
     echo "corpus: $(shards | wc -l) shard(s) in $CORPUS | GLUE: $GLUE | $WORKERS cores"
-  } 2>&1 | tee "$RES/check.txt"
-  local first; first=$(shards | head -1)
-  [ -n "$first" ] || die "no corpus shards in $CORPUS: run 'bash benchmarks/gpu_measure.sh carry' first"
-  rm -rf "$WORK/data/check"
-  run check.txt $PY data.py --corpus "$first" --name check --out_root "$WORK/data" \
-    --max_tokens 200000 --bpe_mb 1 --vocab_size 1000 --workers "$WORKERS" || die "data.py failed"
-  local mode rc logs
-  for mode in eager compile; do
-    rm -rf "$WORK/check_$mode"
-    # TORCH_LOGS=cudagraphs: Inductor says why it runs a step without CUDA graphs, if it does
-    # (set only here: an empty TORCH_LOGS stops torch 2.11 at its import)
-    logs=(); [ $mode = compile ] && logs=(env TORCH_LOGS=cudagraphs)
-    run check.txt ${logs[@]+"${logs[@]}"} $PY electra_small.py --data "$WORK/data/check" \
-      --size tiny --device "$DEVICE" --max_steps 3 --log_every 1 --out_dir "$WORK/check_$mode" \
-      $([ $mode = compile ] && echo --compile)
-    rc=$?
-    [ $rc -eq 0 ] || die "the $mode run failed (exit $rc): see $RES/check.txt"
-  done
-  grep -i "skipping cudagraphs" "$RES/check.txt" | head -3 | sed 's/^/check: CUDA graphs SKIPPED: /'
-  if grep -q "torch.compile failed" "$RES/check.txt"; then
-    echo no > "$WORK/compile_ok"; echo "check: --compile FELL BACK to eager (start will run eager)"
+  } 2>&1 | tee -a "$RES/check.txt"
+  local backend=inductor size=small
+  [ "$DEVICE" = cpu ] && backend=aot_eager
+  [ "$SIZE" = tiny ] && size=tiny
+  if limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py --device "$DEVICE" \
+       --size "$size" --backend "$backend"; then
+    echo yes > "$WORK/compile_ok"
   else
-    echo yes > "$WORK/compile_ok"; echo "check: eager and --compile both ran 3 steps"
-  fi | tee -a "$RES/check.txt"
+    echo no > "$WORK/compile_ok"
+    echo "check: the compiled step FAILED its self-check: pre-training runs eagerly (COMPILE=1 forces it)" \
+      | tee -a "$RES/check.txt"
+  fi
+  return 0
 }
 
 stage_prepare() {
   local n; n=$(shards | wc -l)
-  [ "$n" -gt 0 ] || die "no corpus shards in $CORPUS: run 'bash benchmarks/gpu_measure.sh carry' first"
+  [ "$n" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text, or run 'bash benchmarks/gpu_measure.sh carry' where ../shared is"
   rm -rf "$WORK/data/corpus"
   # shellcheck disable=SC2046
   run prepare.txt $PY data.py --corpus $(shards) --name corpus --out_root "$WORK/data" \
     --workers "$WORKERS" $PREP_FLAGS || die "data.py failed: see $RES/prepare.txt"
 }
 
-stage_bench() {
-  [ -f "$WORK/data/corpus/meta.json" ] || die "no prepared corpus: run the prepare stage first"
-  # 1. the four contenders side by side, Table 6 shape (batch 128 x 128 at SIZE=small)
+# One bench contender, its own limit, its own JSON (RES/bench_NAME.json).
+bench_one() {
+  local w=$1 secs=${2:-$LIMIT_BENCH}
+  if [ "$w" = hf ] && ! $PY -c "import transformers" 2>/dev/null; then
+    echo "bench hf: skipped, transformers not installed (pip install transformers)" | tee -a "$RES/summary.txt"
+    return 0
+  fi
   # shellcheck disable=SC2086
-  run bench.txt $PY benchmarks/bench.py --device "$DEVICE" --size "$SIZE" \
-    --which ours,ours_compiled,bert,hf $BENCH_FLAGS --json "$RES/bench_gpu.json" \
-    || die "benchmarks/bench.py failed: see $RES/bench.txt"
+  limited "bench $w" "$secs" bench.txt $PY benchmarks/bench.py --device "$DEVICE" --size "$SIZE" \
+    --data "$WORK/data/corpus" --which "$w" $BENCH_FLAGS --json "$RES/bench_$w.json"
+}
+
+# The contenders' JSON files as one, bench_gpu.json, with each one's tokens/s over HF's.
+bench_merge() {
+  $PY - "$RES" <<'EOF_PY'
+import json, sys
+from pathlib import Path
+res = Path(sys.argv[1])
+parts = [json.loads(p.read_text()) for p in sorted(res.glob("bench_*.json")) if p.name != "bench_gpu.json"]
+if parts:
+    runs = {r["name"]: r for p in parts for r in p["results"]}
+    hf = runs.get("hf")
+    ratios = {f"{n}/hf tokens_per_s": r["tokens_per_s"] / hf["tokens_per_s"]
+              for n, r in runs.items() if hf and n != "hf"}
+    out = dict(header=parts[0]["header"], results=list(runs.values()), ratios=ratios,
+               compiled_step=next((p["compiled_step"] for p in parts if p["compiled_step"]
+                                   and p["compiled_step"].get("backend") == "inductor"),
+                                  parts[0]["compiled_step"]))
+    (res / "bench_gpu.json").write_text(json.dumps(out, indent=1))
+    for n, r in runs.items():
+        print(f"bench: {n} {r['mode']}: {r['steps_per_s']:.2f} steps/s, {r['tokens_per_s']:,.0f} tok/s")
+EOF_PY
+}
+
+stage_bench() {
+  ensure_corpus
+  # 1. each contender in its own process, with its own limit (a failing one costs only itself)
+  local w try
+  for w in ${WHICH//,/ }; do bench_one "$w"; done
+  bench_merge | tee -a "$RES/bench.txt"
   # 2. where an eager step's time goes: torch.profiler's top operations (the trace stays in WORK)
   rm -rf "$WORK/profile"
-  run profile.txt $PY electra_small.py --data "$WORK/data/corpus" --size "$SIZE" \
-    --device "$DEVICE" --max_steps $((PROFILE_STEPS + 4)) --profile "$PROFILE_STEPS" \
-    --log_every 1000 --out_dir "$WORK/profile" || echo "(the profile run failed)"
+  limited profile "$LIMIT_PROFILE" profile.txt $PY electra_small.py --data "$WORK/data/corpus" \
+    --size "$SIZE" --device "$DEVICE" --max_steps $((PROFILE_STEPS + 4)) --profile "$PROFILE_STEPS" \
+    --log_every 1000 --out_dir "$WORK/profile"
   # 3. the data-parallel path through torchrun, with NCCL on a GPU (gloo on a CPU)
-  local try
   for try in default loopback; do      # a machine whose host name resolves nowhere: loopback
     rm -rf "$WORK/ddp"
     [ $try = loopback ] && export GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo
-    run ddp.txt $PY -m torch.distributed.run --standalone --nproc_per_node=1 electra_small.py \
-      --data "$WORK/data/corpus" --size "$SIZE" --max_steps "$DDP_STEPS" --log_every 10 \
-      --out_dir "$WORK/ddp" && break
-    echo "(torchrun failed with the $try network settings)" | tee -a "$RES/ddp.txt"
+    limited "torchrun ($try network)" "$LIMIT_DDP" ddp.txt $PY -m torch.distributed.run --standalone \
+      --nproc_per_node=1 electra_small.py --data "$WORK/data/corpus" --size "$SIZE" \
+      --device "$DEVICE" --max_steps "$DDP_STEPS" --log_every 10 --out_dir "$WORK/ddp" && break
   done
-  grep -q "^done:" "$RES/ddp.txt" && echo "torchrun: done" || echo "torchrun: FAILED"
+  return 0
 }
 
 stage_start() {
-  [ -f "$WORK/data/corpus/meta.json" ] || die "no prepared corpus: run the prepare stage first"
+  ensure_corpus
   running && die "a run is already going (pid $(cat "$PID")): see the status stage"
   local flags=(--data "$WORK/data/corpus" --model "$MODEL" --size "$SIZE" --device "$DEVICE"
                --out_dir "$RUN"
@@ -176,10 +255,7 @@ stage_start() {
   else
     flags+=(--hours "$HOURS" --save_at 0.5)
   fi
-  case $COMPILE in
-    1) flags+=(--compile) ;;
-    auto) [ "$(cat "$WORK/compile_ok" 2>/dev/null)" = no ] || flags+=(--compile) ;;
-  esac
+  use_compile && flags+=(--compile)
   echo "+ $PY electra_small.py ${flags[*]}" | tee "$RES/start.txt"
   # setsid: its own process session, so the run outlives this command (and its terminal)
   setsid nohup $PY electra_small.py "${flags[@]}" >> "$LOG" 2>&1 < /dev/null &
@@ -217,22 +293,51 @@ stage_wait() {
   stage_status
 }
 
+# Pre-training in the foreground for a number of steps (all, finetune): `pretrain STEPS SECONDS
+# [flags]`, stopped at SECONDS if it runs longer (it saves its checkpoint on the way out).
+pretrain() {
+  local steps=$1 secs=$2; shift 2
+  ensure_corpus
+  rm -rf "$RUN" "$LOG"
+  local flags=(--data "$WORK/data/corpus" --model "$MODEL" --size "$SIZE" --device "$DEVICE"
+               --out_dir "$RUN" --log_every "$LOG_EVERY" --ckpt_every_min 1 "$@")
+  [ "$steps" -gt 0 ] && flags+=(--max_steps "$steps")
+  use_compile && flags+=(--compile)
+  limited "pretrain$S" "$secs" "pretrain$S.txt" $PY electra_small.py "${flags[@]}"
+  cp "$RES/pretrain$S.txt" "$LOG" 2>/dev/null
+  [ -f "$RUN/log.jsonl" ] && cp "$RUN/log.jsonl" "$RES/pretrain_log$S.jsonl"
+  [ -f "$RUN/ckpt.pt" ]
+}
+
 stage_finetune() {
-  local end=$((SECONDS + ${FT_WAIT:-300}))
+  local end=$((SECONDS + ${FT_WAIT:-300})) budget=${1:-0}
+  [ -d "$GLUE" ] || die "no GLUE tasks in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each), or run 'bash benchmarks/gpu_measure.sh carry' where ../shared is"
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
   running && die "pre-training is still running after ${FT_WAIT:-300} s: wait, or stop it"
-  [ -f "$RUN/ckpt.pt" ] || die "no checkpoint $RUN/ckpt.pt: run the start stage first"
+  if [ ! -f "$RUN/ckpt.pt" ]; then     # a lost machine took it, or nothing ran yet
+    echo "finetune: no checkpoint $RUN/ckpt.pt: pre-training $PRE_STEPS steps first" | tee -a "$RES/summary.txt"
+    pretrain "$PRE_STEPS" 600 || die "pre-training failed: see $RES/pretrain$S.txt"
+  fi
   stage_status >/dev/null
   mkdir -p "$WORK/glue$S"
-  local t seeds
-  # One command per task, each writing its own JSON: a command stopped at its time limit
-  # loses the task in progress only.
+  local t seeds secs first=1
+  # One process per task, each writing its own JSON and with its own limit: a task stopped at
+  # its limit loses only itself. `all` passes its remaining time: the tasks share it, and the
+  # first gets at least FT_RESERVE seconds even past the minutes, so `all` always has a score.
   for t in ${TASKS//,/ }; do
     seeds=$SEEDS; [ "$t" = sst2 ] && seeds=$SST2_SEEDS
+    secs=$LIMIT_TASK
+    if [ "$budget" -gt 0 ]; then
+      secs=$((budget - SECONDS))
+      [ "$first" = 1 ] && [ "$secs" -lt "$FT_RESERVE" ] && secs=$FT_RESERVE
+      [ "$secs" -gt "$LIMIT_TASK" ] && secs=$LIMIT_TASK
+      [ "$secs" -lt 5 ] && { echo "finetune $t: skipped, no time left" | tee -a "$RES/summary.txt"; continue; }
+    fi
+    first=0
     # shellcheck disable=SC2086
-    run finetune.txt $PY finetune_glue.py --ckpt "$RUN/ckpt.pt" --glue_dir "$GLUE" --tasks "$t" \
-      --seeds "$seeds" --device "$DEVICE" --out "$WORK/glue$S/glue_$t.json" $FT_ARGS \
-      || echo "($t failed)"
+    limited "finetune $t$S" "$secs" finetune.txt $PY finetune_glue.py --ckpt "$RUN/ckpt.pt" \
+      --glue_dir "$GLUE" --tasks "$t" --seeds "$seeds" --device "$DEVICE" \
+      --out "$WORK/glue$S/glue_$t.json" $FT_ARGS
   done
   # The tasks' files as one, in finetune_glue.py's layout; the score is the mean over tasks.
   $PY - "$WORK/glue$S" "$RES/glue_gpu$S.json" <<'EOF' 2>&1 | tee -a "$RES/finetune.txt"
@@ -259,9 +364,70 @@ print("GLUE (median over seeds):", ", ".join(f"{n} {s:.1f}" for n, s in scores.i
 EOF
 }
 
+# The steps/s the bench measured for the step pre-training will run (compiled or eager).
+bench_rate() {
+  $PY - "$RES" "$(use_compile && echo ours_compiled || echo ours)" <<'EOF_PY'
+import json, sys
+from pathlib import Path
+for name in (sys.argv[2], "ours"):
+    p = Path(sys.argv[1]) / f"bench_{name}.json"
+    if p.exists():
+        r = json.loads(p.read_text())["results"][0]
+        if r["mode"] == "compiled" or name == "ours":
+            print(r["steps_per_s"]); break
+EOF_PY
+}
+
+stage_all() {
+  # Everything in ALL_MIN minutes: check, prepare, bench, a pre-training run sized in steps
+  # from the bench's measured rate, fine-tuning. What WORK still holds from an earlier `all`
+  # on the same machine is not done again, and the run is the next one not done yet: ELECTRA,
+  # then BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long).
+  local deadline rate left steps job flops
+  deadline=$((SECONDS + $(awk "BEGIN { print int(${ALL_MIN} * 60) }")))
+  echo "all: $ALL_MIN minutes, until $(date -u -d "+$((deadline - SECONDS)) seconds" +%H:%M:%S) UTC" \
+    | tee -a "$RES/summary.txt"
+  [ -f "$WORK/compile_ok" ] || stage_check
+  ensure_corpus
+  if [ ! -f "$WORK/glue/glue_done" ]; then job=electra
+  elif [ ! -f "$WORK/glue_bert/glue_done" ]; then job=bert
+  else job=long; fi
+  # the rate to size the run by: measured in this command, or by an earlier one (WORK/rate)
+  rate=$(cat "$WORK/rate" 2>/dev/null)
+  if [ -z "$rate" ]; then
+    bench_one ours                     # (each with its own LIMIT_BENCH)
+    use_compile && bench_one ours_compiled
+    bench_merge | tee -a "$RES/bench.txt"
+    rate=$(bench_rate)
+    [ -n "$rate" ] || die "the bench measured no rate to size pre-training by: see $RES/bench.txt"
+    echo "$rate" > "$WORK/rate"
+  fi
+  case $job in
+    electra) MODEL=electra; run_files "" ;;
+    bert) MODEL=bert; run_files _bert
+          flops=$(tail -n 1 "$WORK/pretrain/log.jsonl" | $PY -c "import json, sys; print(json.load(sys.stdin)['flops'])") ;;
+    long) MODEL=electra; run_files _long ;;
+  esac
+  # the steps that fit: the time left but fine-tuning's, less startup (a minute more to compile),
+  # at 80 % of the bench's rate; at least PRE_MIN s and 10 steps, even past the minutes
+  left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
+  local startup=10; use_compile && startup=70
+  steps=$(awk "BEGIN { s = int($rate * ($left - $startup) * 0.8); print (s < 10 ? 10 : s) }")
+  echo "all: $job: $steps steps ($rate steps/s measured by the bench, $left s left before fine-tuning)" \
+    | tee -a "$RES/summary.txt"
+  # (the limit, PRE_MIN past the time the steps were sized for, only guards against a bad size)
+  if [ "$job" = bert ]; then     # BERT-Small at ELECTRA's FLOPs, if they fit
+    pretrain 0 "$((left + PRE_MIN))" --flops "$flops"
+  else
+    pretrain "$steps" "$((left + PRE_MIN))"
+  fi || die "pre-training left no checkpoint: see $RES/pretrain$S.txt"
+  stage_finetune "$((deadline - 10))"
+  touch "$WORK/glue$S/glue_done"
+}
+
 case $STAGE in
   carry) stage_carry "${2:-}" ;;
-  check|prepare|bench|start|status|wait|finetune) "stage_$STAGE" ;;
-  *) echo "usage: bash benchmarks/gpu_measure.sh carry [N] | check|prepare|bench|start|status|finetune [RES]" \
-          "| wait SECONDS [RES]" >&2; exit 2 ;;
+  all|check|prepare|bench|start|status|wait|finetune) "stage_$STAGE" ;;
+  *) echo "usage: bash benchmarks/gpu_measure.sh all MINUTES [RES] | carry [N]" \
+          "| check|prepare|bench|start|status|finetune [RES] | wait SECONDS [RES]" >&2; exit 2 ;;
 esac

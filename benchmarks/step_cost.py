@@ -88,3 +88,48 @@ def compile_counters():
     counters = torch._dynamo.utils.counters
     return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
 
+
+
+# ----------------------------------------------------------------------------- a roofline estimate
+
+# Data-sheet figures of two cards (dense, no sparsity): memory bandwidth in bytes/s and the
+# bf16 tensor-core peak with float32 accumulation in FLOP/s. An estimate's inputs, not measured.
+CARDS = {"H100 SXM": dict(bandwidth=3.35e12, peak=989e12),
+         "RTX 4090": dict(bandwidth=1.008e12, peak=165.2e12)}
+LAUNCH_S = 5e-6          # one eager kernel launch (the ~5-10 us of PyTorch's dispatch + CUDA's)
+
+
+class RooflineCounter(TorchDispatchMode):
+    """Per aten operation of a step: the bytes it must move at least (every tensor it reads
+    and writes, once) and the FLOPs it must do (torch.utils.flop_counter's formulas: matrix
+    products, attention, convolutions; 0 for the rest). roofline() turns them into a time."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves
+        from torch.utils.flop_counter import flop_registry
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # a view (view, t, slice, expand, detach ...) returns an alias and moves nothing
+        alias = [r.alias_info for r in func._schema.returns]
+        if alias and all(a is not None and not a.is_write for a in alias):
+            self.ops.append((0, 0))
+            return out
+        moved = sum(t.numel() * t.element_size() for t in tree_leaves((args, kwargs, out))
+                    if isinstance(t, torch.Tensor))
+        count = flop_registry.get(func._overloadpacket)
+        self.ops.append((moved, count(*args, **kwargs, out_val=out) if count else 0))
+        return out
+
+
+def roofline(ops, card):
+    """An *estimate* of one step's time on `card` (a CARDS entry) from RooflineCounter.ops:
+    each operation takes the longer of moving its bytes at the card's bandwidth and doing its
+    FLOPs at its peak; eager adds one launch per operation, a CUDA graph none. Returns
+    (eager seconds, CUDA-graph seconds). A floor more than a forecast: no kernel reaches the
+    data sheet, and fused kernels (Inductor) move fewer bytes than the operations one by one."""
+    work = sum(max(b / card["bandwidth"], f / card["peak"]) for b, f in ops)
+    return work + LAUNCH_S * len(ops), work

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli, save_tiny
+from conftest import HANG, ROOT, run_cli, save_tiny
 
 sys.path.insert(0, str(ROOT))
 from teaching import annotate  # noqa: E402
@@ -251,20 +251,20 @@ def test_a_changed_comment_changes_its_page(tmp_path):
 @needs_markdown
 def test_command_line_builds_and_refuses_a_foreign_folder(tmp_path):
     out = tmp_path / "pages"
-    p = run_cli("teaching/annotate.py", "--out", out, timeout=120)
+    p = run_cli("teaching/annotate.py", "--out", out, timeout=HANG)
     assert p.returncode == 0, p.stderr
     assert "wrote 14 pages" in p.stdout and (out / "index.html").is_file()
-    p = run_cli("teaching/annotate.py", "--out", out, timeout=120)       # a rebuild replaces
+    p = run_cli("teaching/annotate.py", "--out", out, timeout=HANG)       # a rebuild replaces
     assert p.returncode == 0, p.stderr
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    p = run_cli("teaching/annotate.py", "--out", foreign, timeout=120)
+    p = run_cli("teaching/annotate.py", "--out", foreign, timeout=HANG)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
     assert sorted(x.name for x in foreign.iterdir()) == ["notes.txt"]
     assert not list(tmp_path.glob(".annotated-*"))                      # nothing half-written
     (tmp_path / "afile").write_text("x")
-    p = run_cli("teaching/annotate.py", "--out", tmp_path / "afile", timeout=120)
+    p = run_cli("teaching/annotate.py", "--out", tmp_path / "afile", timeout=HANG)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
 
 
@@ -335,7 +335,7 @@ def chromium(tmp_path, width, *args):
     p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                         "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
                         f"--window-size={width},1000", *map(str, args)],
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=HANG)
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stdout
 

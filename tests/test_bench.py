@@ -129,3 +129,50 @@ def test_hf_a_sample_equal_to_the_original_counts_as_real(monkeypatch):
     loss, stats = model(**b)
     assert torch.isfinite(loss)
     assert torch.equal(stats["x_corrupt"], b["x"]) and stats["is_replaced"].sum() == 0
+
+
+# ----------------------------------------------------------------------------- what is timed
+
+def test_bench_steps_on_training_batches_made_in_the_timed_step(monkeypatch):
+    """bench times train.py's step: batches of two-segment examples with padding (pad_mask,
+    segment_ids), masked by train.masked_batch - on a CPU made inside the timed step, as
+    training makes them in line."""
+    from benchmarks import bench
+    from objectives import ELECTRA
+    import train
+    cfg = replace(Config(), **SIZES["tiny"])
+    b = bench.make_batches(cfg, n=2)["electra"][0]
+    assert set(b) == {"x", "segment_ids", "pad_mask", "masked"}
+    assert (~b["pad_mask"]).any() and b["segment_ids"].any()        # padding and segment B
+    assert torch.equal(b["pad_mask"], b["x"] != cfg.vocab_size - 4)
+    ref, _ = train.masked_batch(bench.bench_data(cfg), cfg, ELECTRA.masking)
+    assert all(torch.equal(b[k], ref[k]) for k in ("x", "segment_ids", "pad_mask"))
+    assert torch.equal(b["masked"].positions, ref["masked"].positions)
+    made = []
+    monkeypatch.setattr(bench, "masked_batch",
+                        lambda *a: made.append(1) or train.masked_batch(*a))
+    c = bench.Contender("ours", cfg, bench.bench_data(cfg), torch.device("cpu"), False, "fp32")
+    c.timed_block(3)
+    assert len(made) == 3 and len(c.times) == 1 and c.times[0] > 0
+
+
+def test_bench_refuses_a_data_folder_that_is_not_prepared(tmp_path):
+    r = run_cli("benchmarks/bench.py", "--size", "tiny", "--data", tmp_path, timeout=HANG)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_roofline_counts_bytes_and_flops_and_prices_launches():
+    from benchmarks import step_cost
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    with step_cost.RooflineCounter() as rc:
+        torch.mm(a, b)
+    (moved, flops), = rc.ops
+    assert moved == (64 * 128 + 128 * 32 + 64 * 32) * 4 and flops == 2 * 64 * 128 * 32
+    with step_cost.RooflineCounter() as rc:
+        a.t().detach()                                          # views: nothing moved
+    assert rc.ops == [(0, 0), (0, 0)]
+    card = dict(bandwidth=1e9, peak=1e12)                       # 1 GB/s, 1 TFLOP/s
+    eager, graph = step_cost.roofline([(1000, 0), (0, 10 ** 9)], card)
+    assert graph == pytest.approx(1e-6 + 1e-3)                  # bytes-bound + FLOP-bound
+    assert eager == pytest.approx(graph + 2 * step_cost.LAUNCH_S)

@@ -104,6 +104,34 @@ def test_batches_have_segments_padding_and_resume(data_dir):
                zip(following, [d2.next_batch() for _ in range(3)]))
 
 
+def rows_one_by_one(d, rows):
+    """The examples -> x, segment_ids, row by row: what PretrainingData.assemble computes with
+    whole arrays, written the plain way as the reference it must equal."""
+    x = np.full((len(rows), d.seq_len), d.pad, dtype=np.int64)
+    seg = np.zeros_like(x)
+    for r, (a0, a, b0, b) in enumerate(rows.tolist()):
+        x[r, 0], x[r, 1:1 + a], x[r, 1 + a] = d.cls, d.tokens[a0:a0 + a], d.sep
+        if b:
+            x[r, 2 + a:2 + a + b], x[r, 2 + a + b] = d.tokens[b0:b0 + b], d.sep
+            seg[r, 2 + a:3 + a + b] = 1
+    return x, seg
+
+
+@pytest.mark.parametrize("seq_len", [64, 16])
+def test_whole_array_batches_equal_the_row_by_row_reference(data_dir, seq_len):
+    """Every example of the corpus at two lengths (16: most examples are cut, A fills the row),
+    plus the edge cases: no B, A of one token, A and B filling the row exactly."""
+    d = batches.PretrainingData(data_dir, "train", batch_size=4, seq_len=seq_len, seed=2)
+    L = seq_len
+    edge = np.array([[0, 1, 1, 0], [0, L - 2, 0, 0], [5, 3, 8, L - 6], [0, 0, 0, 0]],
+                    dtype=np.int64)
+    for rows in (d.examples, edge):
+        x, seg = d.assemble(rows)
+        ref_x, ref_seg = rows_one_by_one(d, rows)
+        assert (x == ref_x).all() and (seg == ref_seg).all()
+        assert x.dtype == seg.dtype == np.int64
+
+
 def test_the_gpu_prefetcher_pins_a_whole_training_batch(data_dir, monkeypatch):
     """On a GPU the trainer takes its batches from batches.Prefetcher, which pins every value
     of a batch - the masks (objectives.Masked) too - so that they reach the GPU asynchronously.

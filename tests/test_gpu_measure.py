@@ -1,10 +1,15 @@
 """benchmarks/gpu_measure.sh: the GPU measurement's stages. Without a GPU only the wiring can be checked:
-the script parses, refuses an unknown stage, and a stage that needs no GPU (prepare) runs at
-the smoke scale (SIZE=tiny) and leaves its files where the later stages look for them."""
+the script parses, refuses an unknown stage, and at the smoke scale on a CPU (DEVICE=cpu
+SIZE=tiny) bench, finetune and all each succeed on their own in an empty WORK (as on a lent
+machine that lost the previous command's files), a sub-run that fails or runs out of time is a
+line of summary.txt that stops nothing, and a missing transformers is one line."""
 import json
 import os
+import re
 import subprocess
 import sys
+
+import pytest
 
 from conftest import HANG, ROOT
 
@@ -37,5 +42,76 @@ def test_prepare_then_status_on_a_cpu(corpus_file, tmp_path):
     assert "done:" in (res / "prepare.txt").read_text()
     r = stage("status", res, WORK=str(work))
     assert r.returncode == 0 and "not running" in (res / "status.txt").read_text()
-    r = stage("bench", res, WORK=str(tmp_path / "empty"))      # nothing prepared there
-    assert r.returncode == 1 and r.stderr.startswith("error: no prepared corpus")
+    # nothing prepared, and no text to prepare: one line naming CORPUS
+    (tmp_path / "no_text").mkdir()
+    r = stage("bench", res, WORK=str(tmp_path / "empty"), CORPUS=str(tmp_path / "no_text"))
+    assert r.returncode == 1 and r.stderr.startswith("error: no corpus files")
+    assert "CORPUS=" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+GLUE = ROOT.parent / "shared" / "data" / "glue"
+
+
+def summary(res):
+    return (res / "summary.txt").read_text()
+
+
+def test_bench_alone_prepares_and_a_failing_sub_run_stops_nothing(corpus_file, tmp_path):
+    """bench in an empty WORK prepares the corpus itself; a contender that runs out of its time
+    (LIMIT_BENCH=1 for bert's process) is recorded as such, and ours, the profile and torchrun
+    still run and record theirs."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    r = stage("bench", res, WORK=str(work), CORPUS=str(corpus_file.parent), WHICH="ours,hf",
+              LIMIT_DDP="1200", LIMIT_PROFILE="1200", LIMIT_BENCH="1200")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (work / "data" / "corpus" / "meta.json").exists()
+    s = summary(res)
+    assert "bench ours: ok" in s and "profile: ok" in s and "torchrun (default network): ok" in s
+    ours = json.loads((res / "bench_gpu.json").read_text())["results"][0]
+    assert ours["name"] == "ours" and ours["tokens_per_s"] > 0
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        assert "bench hf: skipped, transformers not installed" in s and "Traceback" not in r.stdout
+    r = stage("bench", res, WORK=str(work), WHICH="bert", LIMIT_BENCH="1")
+    assert r.returncode == 0 and "bench bert: TIMED OUT at its limit of 1 s" in summary(res)
+    assert "profile: ok" in summary(res).split("bench bert")[1]
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
+def test_finetune_alone_pre_trains_first(corpus_file, tmp_path):
+    work, res = tmp_path / "work", tmp_path / "res"
+    r = stage("finetune", res, WORK=str(work), CORPUS=str(corpus_file.parent), GLUE=str(GLUE),
+              TASKS="rte", SEEDS="1", PRE_STEPS="8", LIMIT_TASK="1200")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no checkpoint" in summary(res) and "pretrain: ok" in summary(res)
+    assert "finetune rte: ok" in summary(res)
+    assert json.loads((res / "glue_gpu.json").read_text())["glue_tasks"] == ["rte"]
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="needs ../shared/data/glue")
+def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path):
+    """all: check (the self-check, traced on a CPU), prepare, bench, a pre-training run sized in
+    steps from the bench's rate, fine-tuning; a second all on the same WORK trains BERT-Small
+    at the first run's FLOPs."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    env = dict(WORK=str(work), CORPUS=str(corpus_file.parent), GLUE=str(GLUE), TASKS="rte",
+               SEEDS="1", FT_RESERVE="300", PRE_MIN="30", LIMIT_CHECK="1200", LIMIT_BENCH="1200",
+               LIMIT_TASK="1200")
+    r = stage("all", 0.5, res, **env)          # (too few: pre-training gets PRE_MIN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = summary(res)
+    assert "selfcheck: ok" in s and "bench ours: ok" in s and "finetune rte: ok" in s
+    steps = int(re.search(r"all: electra: (\d+) steps \(([\d.]+) steps/s", s)[1])
+    assert steps >= 10 and f"--max_steps {steps}" in (res / "pretrain.txt").read_text()
+    # (the run has a time limit too: on a busy machine it may stop sooner, checkpoint saved)
+    log = [json.loads(l) for l in (res / "pretrain_log.jsonl").read_text().splitlines()]
+    assert 0 < log[-1]["step"] <= steps
+    assert json.loads((res / "glue_gpu.json").read_text())["glue_tasks"] == ["rte"]
+    r = stage("all", 0.5, res, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    bert = [json.loads(l) for l in (res / "pretrain_log_bert.jsonl").read_text().splitlines()]
+    assert bert[-1]["model"] == "bert" and "--flops " in (res / "pretrain_bert.txt").read_text()
+    if "pretrain_bert: ok" in summary(res):           # (not stopped at its limit)
+        assert bert[-1]["flops"] >= log[-1]["flops"]
+    assert (res / "glue_gpu_bert.json").exists()

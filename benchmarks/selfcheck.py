@@ -1,0 +1,114 @@
+"""The compiled step's self-check, about a minute on a GPU (machinery; no paper section - the
+check that --compile trains the model train.py would train eagerly).
+
+    python benchmarks/selfcheck.py                      # CUDA, Table 6's shape (batch 128 x 128)
+    python benchmarks/selfcheck.py --device cpu --size tiny --backend aot_eager    # the CPU test
+
+Two copies of the model from the same weights take `--steps` steps on the same batches (made
+as training makes them, benchmarks/bench.py), learning rate changing every step: one eager
+(train.training_step), one the whole compiled step of machinery/step.py (Inductor, and on CUDA its
+CUDA graphs). Dropout is off and the sample x̂ is drawn with eager's random numbers
+(fallback_random), so both copies compute the same thing; float32 with TF32 off, so they differ
+only by the order of float32 sums. It passes when
+
+  - every step's L_MLM and L_Disc agree within --rtol (default 2e-3, a stated tolerance:
+    float32 summation order should stay far below it - Inductor against eager on a CPU at the
+    tiny size, tests/test_compiled_step.py: ~1e-7 - while one update lost or wrong moves L_Disc
+    by far more: 0.673 -> 0.519 -> 0.480 over these 3 steps at the tiny size), and
+  - on CUDA, Inductor ran every compiled step as a CUDA graph: a skip (a graph input that is
+    written to and not marked static, machinery/step.py) is a failure here, not a note, since the
+    compiled step's speed is the CUDA graph's.
+
+Prints one line per step and a last line `selfcheck: PASSED ...` or `selfcheck: FAILED ...`;
+exits 0 or 1 (2 for bad flags).
+"""
+import copy
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+if not __package__:   # run as a path (python benchmarks/selfcheck.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ablations import build_model
+from config import SIZES, Config
+from machinery import cli
+from machinery.device import DeviceError, pick_device
+from machinery.step import compile_step
+import train
+from benchmarks.bench import bench_data, MASK_KW
+
+
+def parse_args(argv=None):
+    p = cli.Parser(description="The compiled step against eager: losses and CUDA graphs.")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--size", choices=sorted(SIZES), default="small")
+    p.add_argument("--steps", type=cli.positive_int, default=3)
+    p.add_argument("--rtol", type=cli.float_range(0, 1, accepts="a relative tolerance in (0, 1)"),
+                   default=2e-3)
+    p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
+                   help="aot_eager: Dynamo and AOTAutograd without code generation (seconds)")
+    args = p.parse_args(argv)
+    try:
+        pick_device(args.device)
+    except DeviceError as e:
+        p.error(str(e))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = pick_device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    cfg = replace(Config(), **SIZES[args.size])
+    cfg = replace(cfg, disc=replace(cfg.disc, dropout=0.0))     # G takes D's dropout (config.py)
+    data = bench_data(cfg)
+    batches = [train.masked_batch(data, cfg, MASK_KW["electra"])[0] for _ in range(args.steps)]
+    torch.manual_seed(0)
+    model = build_model(cfg).to(device)
+    twin = copy.deepcopy(model)
+    opt, twin_opt = train.make_optimizer(model, cfg, device), train.make_optimizer(twin, cfg, device)
+    torch._dynamo.utils.counters.clear()
+    worst, failures = 0.0, []
+    with torch._inductor.config.patch(fallback_random=True):
+        step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, device, "fp32",
+                            backend=args.backend)
+        for i, batch in enumerate(batches):
+            lr = 1e-3 * (i + 1)
+            torch.manual_seed(i)
+            eager = train.training_step(model, opt, batch, lr, cfg, device, "fp32")
+            torch.manual_seed(i)
+            try:
+                compiled = step(batch, lr)
+            except Exception as e:                       # compiling failed: that is the answer
+                print(f"selfcheck: FAILED: the compiled step raised {type(e).__name__}: "
+                      f"{(str(e).splitlines() or [''])[0][:200]}")
+                return 1
+            diffs = {k: abs(compiled[k].item() - eager[k].item()) / abs(eager[k].item())
+                     for k in ("mlm_loss", "disc_loss")}
+            worst = max(worst, *diffs.values())
+            print(f"step {i + 1}: " + " | ".join(
+                f"{k} eager {eager[k].item():.6f} compiled {compiled[k].item():.6f} "
+                f"(rel {d:.1e})" for k, d in diffs.items()), flush=True)
+    if worst > args.rtol:
+        failures.append(f"losses differ by {worst:.1e} relative, above --rtol {args.rtol:g}")
+    skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
+    graphs = "n/a (not CUDA)"
+    if device.type == "cuda" and args.backend == "inductor":
+        graphs = f"skipped {skips} time(s)"
+        if skips:
+            failures.append(f"Inductor ran the step without CUDA graphs {skips} time(s) "
+                            "(TORCH_LOGS=cudagraphs says why)")
+    where = f"{args.size} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}, {device.type}"
+    if failures:
+        print(f"selfcheck: FAILED at {where}: " + "; ".join(failures))
+        return 1
+    print(f"selfcheck: PASSED at {where}: {args.steps} steps, losses within {worst:.1e} relative "
+          f"(tolerance {args.rtol:g}); CUDA graphs {graphs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
