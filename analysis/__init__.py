@@ -1,8 +1,11 @@
 """Analysis: looking inside a trained discriminator (Figure 2, and the reviewers' questions).
 
-    inspect_discriminator.pythe command: P(replaced) per token, Figure 2 on your text,
+    inspect_discriminator.py   the command: P(replaced) per token, Figure 2 on your text,
                                calibration, zero-shot CoLA / SST-2, attention by offset,
-                               D as a masked language model (Appendix G)
-    analyses.py         the measurements behind it
+                               D as a masked language model (Appendix G), `compare` (D against
+                               BERT) and `tokens` (which tokens D distrusts)
+    analyses.py                the measurements behind the first commands
+    representations.py         linear CKA and linear probes, layer by layer (`compare`)
+    token_groups.py            tokens grouped by what the tokenizer and the text tell (`tokens`)
 
     python analysis/inspect_discriminator.py all --ckpt out/ckpt.pt --data data/NAME"""

@@ -1,9 +1,13 @@
 """Benchmarks: what a training step costs, and whether ours learns like Hugging Face's Electra.
 
-    bench.py            steps/s, tokens/s, MFU and memory of ours, BERT-Small and HF's Electra
-    step_cost.py        counted operations, saved activations, graph counts of one step
+    bench.py            steps/s, tokens/s, MFU and memory of ours, BERT-Small and HF's Electra,
+                        timing train.py's own step on its own batches; a roofline estimate
+    step_cost.py        counted operations, saved activations, graph counts, bytes and FLOPs
+    batch_time.py       the time to make one batch (the GPU's prefetching thread)
+    selfcheck.py        the compiled step against eager at the Table 6 shape (CUDA graphs)
     parity.py           ours and HF's Electra trained on the same batches, loss by loss
     hf_electra.py       Hugging Face's Electra wired as ours (optional `transformers`)
-    gpu_measure.sh      the GPU measurements in stages of under 10 minutes (docs/gpu.md)
+    gpu_measure.sh      the GPU measurements: `all MIN` in one command, or stage by stage
 
-    python benchmarks/bench.py --size small --device cuda --compile"""
+    python benchmarks/bench.py --size small --device cuda --compile
+    bash benchmarks/gpu_measure.sh all 9"""

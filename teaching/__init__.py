@@ -1,4 +1,4 @@
-"""Teaching: course assignments made from the reference code (ASSIGNMENTS.md).
+"""Teaching: the Annotated ELECTRA and course assignments, both made from the reference code.
 
     make_assignment.py  a student copy with chosen functions blank, graded part by part
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code
