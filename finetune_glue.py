@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from machinery import cli
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
-from machinery.device import DeviceError, pick_device, pick_precision
+from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
@@ -291,10 +291,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=cli.threads,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     args = p.parse_args(argv)
-    try:                                # a GPU that is not there: say so before reading GLUE
-        pick_device(args.device)
-    except DeviceError as e:
-        p.error(str(e))
+    refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
     return args
 
 

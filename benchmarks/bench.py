@@ -60,7 +60,7 @@ if not __package__:   # run as a path (python benchmarks/bench.py): import from 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import DataError
-from machinery.device import DeviceError, pick_device, pick_precision
+from machinery.device import pick_device, pick_precision, refuse_unavailable
 from machinery import cli
 from config import SIZES, Config
 from train import make_optimizer, masked_batch, training_step, update
@@ -253,10 +253,7 @@ def parse_args(argv=None):
     args.which = [w.strip() for w in args.which.split(",") if w.strip()]
     if not args.which or set(args.which) - {"ours", "ours_compiled", "bert", "hf"}:
         p.error(f"--which {','.join(args.which)}: choose from ours, ours_compiled, bert, hf")
-    try:                                # a GPU that is not there: one line now, not a traceback
-        pick_device(args.device)
-    except DeviceError as e:
-        p.error(str(e))
+    refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
     return args
 
 

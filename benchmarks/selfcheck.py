@@ -35,7 +35,7 @@ if not __package__:   # run as a path (python benchmarks/selfcheck.py): import f
 from ablations import build_model
 from config import SIZES, Config
 from machinery import cli
-from machinery.device import DeviceError, pick_device
+from machinery.device import pick_device, refuse_unavailable
 from machinery.step import compile_step
 import train
 from benchmarks.bench import bench_data, MASK_KW
@@ -51,10 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
                    help="aot_eager: Dynamo and AOTAutograd without code generation (seconds)")
     args = p.parse_args(argv)
-    try:
-        pick_device(args.device)
-    except DeviceError as e:
-        p.error(str(e))
+    refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
     return args
 
 

@@ -28,6 +28,15 @@ def pick_device(name=None):
                         "mps" if torch.backends.mps.is_available() else "cpu")
 
 
+def refuse_unavailable(parser, name):
+    """A --device that is not there (cuda without a GPU, say): the parser's one-line error
+    while the arguments are read, before any data or model is touched."""
+    try:
+        pick_device(name)
+    except DeviceError as e:
+        parser.error(str(e))
+
+
 def cpu_flags(path="/proc/cpuinfo"):
     """The CPU's instruction-set flags as Linux reports them ("flags" on x86, "Features" on
     ARM); an empty set where the file does not exist (macOS, Windows)."""
