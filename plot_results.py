@@ -178,7 +178,7 @@ def plateau_figure(recs, label):
     if not pts:
         raise InputError(f"{label}: no L_Disc or plateau loss in this log (a BERT run, or a "
                          "log older than the plateau's loss) - pass an ELECTRA run's log.jsonl")
-    from train import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau    # the trainer's own rule
+    from machinery.progress import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau   # the trainer's rule
     steps = [r["step"] for r in pts]
     left = next((r["step"] for r in pts if off_plateau(r)), None)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)

@@ -216,7 +216,7 @@ def test_plateau_figure_alone_from_one_log(tmp_path):
     assert list(top.lines[1].get_ydata()) == [0.38] * 8                 # the plateau's loss
     assert list(bottom.lines[0].get_xdata()) == [50 * i for i in range(1, 9)]      # by step
     assert bottom.lines[0].get_ydata()[-1] == pytest.approx(40.0)       # recall in %
-    # train.off_plateau's rule: recall >= 10 % and L_Disc < 0.9 H(r) = 0.342: first at step 250
+    # machinery.progress.off_plateau's rule: recall >= 10 % and L_Disc < 0.9 H(r) = 0.342: first at step 250
     assert [ln.get_xdata()[0] for ln in bottom.lines if ln.get_color() == "tab:green"] == [250]
     plot_results.plt.close(fig)
 

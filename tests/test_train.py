@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from machinery.checkpoint import load_checkpoint
-import train
+from machinery import progress
 from config import Config
 from conftest import HANG, ROOT, run_cli
 
@@ -69,7 +69,7 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     said = [ln for ln in r.stdout.splitlines() if "D has left the plateau" in ln]
     assert len(said) == 1 and said[0].startswith("step "), r.stdout
     first = int(said[0].split(":")[0].split()[1])
-    assert first <= 100 and train.off_plateau(read_log(out)[first]), said
+    assert first <= 100 and progress.off_plateau(read_log(out)[first]), said
     assert "never left the plateau" not in r.stdout
 
 
@@ -89,7 +89,7 @@ def test_a_run_that_ends_on_the_plateau_says_so(learnable_data_dir, tmp_path):
 
 
 def test_off_plateau_needs_both_recall_and_a_loss_below_the_plateau():
-    from train import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau, plateau_note
+    from machinery.progress import PLATEAU_LOSS, PLATEAU_RECALL, off_plateau, plateau_note
     h = 0.37
     rec = lambda recall, loss: {"step": 5, "disc_acc_replaced": recall, "disc_loss": loss,
                                 "disc_prior_entropy": h}
@@ -104,7 +104,8 @@ def test_off_plateau_needs_both_recall_and_a_loss_below_the_plateau():
 
 def test_log_record_counts_the_plateau_from_the_replaced_share():
     import argparse
-    from train import log_record, progress_line
+    from machinery.progress import progress_line
+    from train import log_record
     cfg = Config(batch_size=2, seq_len=50)
     sums = dict(mlm_loss=torch.tensor(6.0), disc_loss=torch.tensor(0.6),
                 gen_correct=torch.tensor([3.0, 10.0]), disc_correct=torch.tensor([90.0, 100.0]),
