@@ -42,8 +42,9 @@ class Config:
     adam_eps: float = 1e-6
     optimizer: str = "official"     # Adam without bias correction, as the paper (optim.py)
     grad_clip: float = 1.0
-    fused_mlm: bool = True          # G's output, L_MLM and x̂ from one pass (machinery/mlm_output.py);
-                                    # False: the plain objectives.sample and mlm_loss
+    fused_mlm: bool = True          # G's output, L_MLM and x̂ in one pass
+                                    # (machinery/mlm_output.py); False: the plain
+                                    # objectives.sample and mlm_loss
     train_steps: int = 1_000_000    # "Train Steps" (BERT-Small: 1.45M, for equal FLOPs)
 
     @property

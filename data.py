@@ -14,8 +14,8 @@ Command line (prepare a corpus once):
 writes data/NAME/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
 Documents are tokenized by one process per core (--workers), a chunk at a time, and written as
 they come back, so a corpus of any size streams through in memory of a few MB per worker
-(machinery/tokenize_corpus.py: sentences, tokens, worker processes); --hf reads a Hugging Face dataset
-(machinery/hf_data.py).
+(machinery/tokenize_corpus.py: sentences, tokens, worker processes); --hf reads a Hugging
+Face dataset (machinery/hf_data.py).
 """
 import gzip
 import io
@@ -354,7 +354,7 @@ def _chain(first, rest):
 
 
 def demo_dir(vocab_size=30522):
-    """The demo corpus's folder for a vocabulary: data/demo (30,522, the paper's), data/demo-8192."""
+    """The demo corpus's folder: data/demo (the paper's 30,522 tokens), data/demo-8192 (8,192)."""
     return DATA_ROOT / (DEMO_NAME if vocab_size == 30522 else f"{DEMO_NAME}-{vocab_size}")
 
 

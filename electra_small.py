@@ -125,10 +125,12 @@ def parse_args(argv=None):
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                   help="auto: bf16 autocast where the hardware has native bf16 (machinery/device.py)")
+                   help="auto: bf16 autocast where the hardware has native bf16 "
+                        "(machinery/device.py)")
     p.add_argument("--plain_mlm", action="store_true",
                    help="train with objectives.sample and mlm_loss instead of the fused "
-                        "machinery/mlm_output.py (same numbers, slower: e.g. to train an assignment's code)")
+                        "machinery/mlm_output.py (same numbers, slower: e.g. to train an "
+                        "assignment's code)")
     return p.parse_args(argv)
 
 

@@ -79,7 +79,7 @@ class Classifier(nn.Module):
 
 def load_pretrained(path):
     """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info).
-    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): see interop/hf_import.py."""
+    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): interop/hf_import.py."""
     if Path(path).is_dir():
         from interop.hf_import import load_hf_electra
         return load_hf_electra(path)

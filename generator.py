@@ -50,8 +50,9 @@ class Generator(nn.Module):
         return torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
 
     def loss_and_sample(self, masked, pad_mask=None, segment_ids=None, sample=True):
-        """L_MLM, x̂ ~ p_G and G's argmax hits from one pass over p_G (machinery/mlm_output.py): the same
-        numbers as forward() followed by objectives.mlm_loss and objectives.sample, faster."""
+        """L_MLM, x̂ ~ p_G and G's argmax hits from one pass over p_G (machinery/mlm_output.py):
+        the same numbers as forward() followed by objectives.mlm_loss and objectives.sample,
+        faster."""
         h_m = self.masked_hidden(masked.x_masked, masked.positions, pad_mask, segment_ids)
         return mlm_output(self.head.transform(h_m), self.embeddings.token.weight, self.head.bias,
                           masked.targets, masked.weights, sample=sample)

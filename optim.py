@@ -33,8 +33,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
     Parameter groups work as in torch.optim (a per-group "lr" and "weight_decay"), so layer-wise
     learning rates (finetune_glue.py) and "no decay for biases" are just groups. The state uses
     torch's names (exp_avg, exp_avg_sq, step) so checkpoints look like AdamW's. A group's "lr"
-    may also be a 0-dim tensor, changed in place between steps: a compiled step (machinery/step.py) then
-    reads it as an input instead of baking a number into its graph."""
+    may also be a 0-dim tensor, changed in place between steps: a compiled step
+    (machinery/step.py) then reads it as an input instead of baking a number into its graph."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         if not (lr >= 0 and eps >= 0 and 0 <= betas[0] < 1 and 0 <= betas[1] < 1):
@@ -45,7 +45,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
         # The moments start at zero and exist from the start, as TF's slot variables: the first
-        # step then runs the same code as every later one, which a compiled step needs (machinery/step.py).
+        # step then runs the same code as every later one, which a compiled step needs
+        # (machinery/step.py).
         for p in self.param_groups[-1]["params"]:
             self._init_state(p)
 

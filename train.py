@@ -51,7 +51,7 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
-    # bf16 autocast where the hardware computes bf16 natively (machinery/device.py): several times faster
+    # bf16 autocast where the hardware computes bf16 natively (machinery/device.py): faster
     # matmuls; the weights, the optimizer and both losses stay in float32.
     stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1])
     opt.zero_grad(set_to_none=True)
@@ -124,7 +124,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     model = dist.wrap(torch.compile(raw_model) if compile_model else raw_model,
                       find_unused=raw_model.stage is not None)
     if args.compile and not compile_model:
-        try:                # (a torch without what machinery/step.py sets up: eager, as a failed compile)
+        try:        # (a torch without what machinery/step.py sets up: eager, as a failed compile)
             step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
         except Exception as e:
             compile_failed(e)
@@ -299,9 +299,9 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 # ----------------------------------------------------------------------------- the loop's helpers
 
 def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
-    """One step: the compiled whole step `step` (machinery/step.py) if there is one, else training_step;
-    falls back to the eager model if torch.compile fails on this setup. Returns (statistics,
-    step, model), the last two changed by a fallback."""
+    """One step: the compiled whole step `step` (machinery/step.py) if there is one, else
+    training_step; falls back to the eager model if torch.compile fails on this setup. Returns
+    (statistics, step, model), the last two changed by a fallback."""
     try:
         if step is not None:
             return step(batch, lr), step, model

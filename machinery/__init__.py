@@ -1,7 +1,7 @@
 """Machinery: what the core files lean on, skipped on a first read.
 
     tokenizer.py        byte-level BPE (tiktoken) trained on your corpus, BERT's special tokens
-    tokenize_corpus.py  text -> sentences -> token ids, one worker process per core (data.py uses it)
+    tokenize_corpus.py  text -> sentences -> token ids, a worker process per core (for data.py)
     hf_data.py          reading a Hugging Face dataset for data.py --hf (optional `datasets`)
     mlm_output.py       G's output layer, L_MLM and the sample x̂ in one pass over p_G (fast path)
     step.py             the whole training step as one compiled graph (--compile)

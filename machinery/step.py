@@ -48,14 +48,14 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     other way round). The compilation itself
     happens on the first call, so errors (an unsupported setup) surface there. `backend`
     "aot_eager" traces the same graph without generating code (quick: the tests use it);
-    fullgraph=False lets a graph break split the step instead of failing (benchmarks/bench.py counts)."""
+    fullgraph=False lets a graph break split the step instead of failing (bench.py counts)."""
     if hasattr(torch._dynamo.config, "trace_autograd_ops"):  # (else the first call fails,
         torch._dynamo.config.trace_autograd_ops = True     # and train.py goes on eagerly)
     lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
     # The tensors the step writes in place besides the weights - Adam's moments and step
     # counts, the learning rates - at fixed addresses: a CUDA graph replays writes to the
     # memory it recorded, so for a graph input that is written to, and not marked so, Inductor
-    # quietly runs without CUDA graphs (counted as "cudagraph_skips"; benchmarks/bench.py prints it).
+    # quietly runs without CUDA graphs (counted as "cudagraph_skips"; bench.py prints it).
     # torch.optim's own optimizers get this from Dynamo through their _init_group; ours is
     # plain Python. guard=True: a tensor replaced later (a new state) compiles the step again.
     for t in lrs + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]:
