@@ -25,6 +25,19 @@ MAX_SEED = 2 ** 32 - 1          # the range every seeded generator here accepts 
 MAX_BATCH = 65536
 
 
+def blank_part(e):
+    """The one error line for a student copy's part that is still blank, else None.
+
+    teaching/make_assignment.py writes each chosen part's body as `raise NotImplementedError(
+    "Part N (name, paper §x): hint. See ASSIGNMENTS.md")`; a command that reaches it says so in
+    one line instead of a traceback through the training loop. Any other NotImplementedError is
+    a bug and keeps its traceback (the caller re-raises it)."""
+    text = str(e)
+    if isinstance(e, NotImplementedError) and text.startswith("Part ") and "ASSIGNMENTS.md" in text:
+        return f"error: this copy's assignment is not done yet: {text}"
+    return None
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):           # one line, not the usage block + a line
         print(f"error: {message} (see --help)", file=sys.stderr)

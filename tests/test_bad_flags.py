@@ -8,6 +8,8 @@ something, and fail here. FILE in a case stands for an existing file, DIR for an
 import argparse
 import importlib
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -179,3 +181,21 @@ def test_a_refused_run_leaves_no_out_dir(data_dir, tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--batch_size" in lines[0] and not out.exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_student_copy_with_a_blank_part_says_so_in_one_line(data_dir, tmp_path):
+    """Training in a student copy whose Part 2 (sample) is still blank stops at the first step
+    with one line naming the part and ASSIGNMENTS.md - no traceback, no out_dir left behind;
+    any other NotImplementedError is a bug and keeps its traceback."""
+    from teaching import make_assignment
+    copy = tmp_path / "student"
+    make_assignment.make_copy(copy, ["sample"])
+    r = subprocess.run([sys.executable, "electra_small.py", "--size", "tiny", "--max_steps", "5",
+                        "--data", str(data_dir), "--out_dir", str(tmp_path / "o"),
+                        "--threads", "1"], cwd=copy, capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(lines) == 1 and "Part 2 (sample" in lines[0] and "ASSIGNMENTS.md" in lines[0], lines
+    assert not (tmp_path / "o").exists()
+    assert cli.blank_part(NotImplementedError("no sparse kernel")) is None
+    assert cli.blank_part(ValueError("Part 2 (x): y. See ASSIGNMENTS.md")) is None
