@@ -311,7 +311,7 @@ pretrain() {
 
 stage_finetune() {
   local end=$((SECONDS + ${FT_WAIT:-300})) budget=${1:-0}
-  [ -d "$GLUE" ] || die "no GLUE tasks in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each), or run 'bash benchmarks/gpu_measure.sh carry' where ../shared is"
+  check_glue
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
   running && die "pre-training is still running after ${FT_WAIT:-300} s: wait, or stop it"
   if [ ! -f "$RUN/ckpt.pt" ]; then     # a lost machine took it, or nothing ran yet
@@ -378,12 +378,47 @@ for name in (sys.argv[2], "ours"):
 EOF_PY
 }
 
+# The GLUE folder of a task name of TASKS (glue.py's TASKS knows them all; these are the usual).
+glue_folder() {
+  case $1 in cola) echo CoLA ;; sst2) echo SST-2 ;; mrpc) echo MRPC ;; stsb) echo STS-B ;;
+    qqp) echo QQP ;; mnli) echo MNLI ;; qnli) echo QNLI ;; rte) echo RTE ;; wnli) echo WNLI ;;
+    *) echo "$1" ;; esac
+}
+
+# Every task of TASKS has its folder in GLUE (train.tsv, dev.tsv; MNLI: dev_matched.tsv), or one
+# error line that says where GLUE comes from.
+check_glue() {
+  local t d missing=()
+  for t in ${TASKS//,/ }; do
+    d="$GLUE/$(glue_folder "$t")"
+    [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; } || missing+=("$t")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  die "no GLUE data for ${missing[*]} in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each; get them with 'python finetune_glue.py --download DIR' where there is internet, see docs/finetuning.md), or TASKS=the tasks you have"
+}
+
+# Before `all` starts its first stage: everything it will need later is there, so a problem is
+# one line at once and never after minutes of pre-training.
+preflight() {
+  awk "BEGIN { exit !(\"$ALL_MIN\" + 0 > 0) }" || die "all $ALL_MIN: give the minutes as a positive number, e.g. all 9"
+  $PY -c "import torch, numpy, tiktoken" 2>/dev/null \
+    || die "$PY cannot import torch, numpy and tiktoken: install the requirements (README), or set PY=the python that has them"
+  if [ "$DEVICE" = cuda ]; then
+    $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())" \
+      || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch $($PY -c 'import torch; print(torch.__version__)')): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run"
+  fi
+  [ -f "$WORK/data/corpus/meta.json" ] || [ "$(shards | wc -l)" -gt 0 ] \
+    || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md says what to use)"
+  check_glue
+}
+
 stage_all() {
   # Everything in ALL_MIN minutes: check, prepare, bench, a pre-training run sized in steps
   # from the bench's measured rate, fine-tuning. What WORK still holds from an earlier `all`
   # on the same machine is not done again, and the run is the next one not done yet: ELECTRA,
   # then BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long).
   local deadline rate left steps job flops
+  preflight
   deadline=$((SECONDS + $(awk "BEGIN { print int(${ALL_MIN} * 60) }")))
   echo "all: $ALL_MIN minutes, until $(date -u -d "+$((deadline - SECONDS)) seconds" +%H:%M:%S) UTC" \
     | tee -a "$RES/summary.txt"
@@ -413,7 +448,7 @@ stage_all() {
   left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
   local startup=10; use_compile && startup=70
   steps=$(awk "BEGIN { s = int($rate * ($left - $startup) * 0.8); print (s < 10 ? 10 : s) }")
-  echo "all: $job: $steps steps ($rate steps/s measured by the bench, $left s left before fine-tuning)" \
+  echo "all: $job: $steps steps ($(printf %.2f "$rate") steps/s measured by the bench, $left s left before fine-tuning)" \
     | tee -a "$RES/summary.txt"
   # (the limit, PRE_MIN past the time the steps were sized for, only guards against a bad size)
   if [ "$job" = bert ]; then     # BERT-Small at ELECTRA's FLOPs, if they fit
