@@ -161,12 +161,12 @@ def calibration(model, tok, cfg, seqs, seed, n_bins, out):
         Y.append(is_replaced[real])
     P, Y = torch.cat(P).numpy(), torch.cat(Y).numpy().astype(int)
     e, bins = ece(P, Y, n_bins)
+    flagged = P > 0.5
     res = dict(ece=e, n_sequences=len(seqs), n_tokens=len(P), share_replaced=float(Y.mean()),
                mean_p_replaced=float(P.mean()), token_auc=roc_auc(P, Y),
-               recall_at_0_5=float((P[Y == 1] > 0.5).mean()) if Y.any() else None, bins=bins)
-    print(f"calibration: ECE {e:.4f} ({n_bins} bins) over {len(P):,} tokens of {len(seqs)} "
-          f"sequences | replaced {Y.mean():.1%}, mean P(replaced) {P.mean():.3f} | token "
-          f"ROC-AUC {res['token_auc']} | recall of replaced at 0.5 {res['recall_at_0_5']}")
+               recall_at_0_5=float(flagged[Y == 1].mean()) if Y.any() else None,
+               precision_at_0_5=float(Y[flagged].mean()) if flagged.any() else None, bins=bins)
+    print(calibration_summary(res, n_bins))
     c, used = (np.arange(n_bins) + 0.5) / n_bins, np.array(bins["count"]) > 0
     fig, (a, b) = plt.subplots(2, 1, figsize=(5, 6), sharex=True,
                                gridspec_kw=dict(height_ratios=[3, 1]))
@@ -182,6 +182,28 @@ def calibration(model, tok, cfg, seqs, seed, n_bins, out):
     return res
 
 
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def calibration_summary(res, n_bins):
+    """calibration's figures for people: rounded, each beside what chance (or a D that answers
+    "real" everywhere, the plateau) would score, so a reader can tell learning from noise."""
+    auc = "-" if res["token_auc"] is None else f"{res['token_auc']:.3f}"
+    share = _pct(res["share_replaced"])
+    return "\n".join([
+        f"calibration: D on {res['n_tokens']:,} tokens of {res['n_sequences']} held-out sequences "
+        f"that this checkpoint's G corrupted ({share} of them replaced)",
+        f"  token ROC-AUC      {auc:>7}   chance 0.500, perfect 1.000",
+        f"  recall of replaced {_pct(res['recall_at_0_5']):>7}   share of replaced tokens with "
+        "P(replaced) > 0.5; a D that answers \"real\" everywhere: 0 %",
+        f"  precision          {_pct(res['precision_at_0_5']):>7}   share of flagged tokens really "
+        f"replaced; flagging at random: {share}",
+        f"  ECE                {res['ece']:>7.4f}   {n_bins} bins; 0 = P(replaced) is the true share",
+        f"  mean P(replaced)   {res['mean_p_replaced']:>7.3f}   the share replaced is "
+        f"{res['share_replaced']:.3f}"])
+
+
 def cola(model, tok, cfg, glue_dir, out):
     """Zero-shot grammatical-error detection: D on the uncorrupted sentence, no fine-tuning."""
     ex = read_split(glue_dir, "cola", "dev.tsv")
@@ -192,8 +214,9 @@ def cola(model, tok, cfg, glue_dir, out):
         s = np.array([f(p[1:-1]) for p in probs])            # over the tokens, not [CLS]/[SEP]
         (mcc, t), auc = best_mcc(s, y), roc_auc(s, y)
         res[name] = dict(auc=auc, best_mcc=mcc, threshold=t)
-        print(f"cola: score = {name} P(replaced): ROC-AUC {auc:.3f}, MCC {mcc:.3f} at the best "
-              f"threshold {t:.4f} (chosen on dev itself: an upper bound)")
+        print(f"cola: score = {name} P(replaced): ROC-AUC {auc:.3f} (chance 0.500), MCC "
+              f"{mcc:.3f} (chance 0) at the best threshold {t:.3f} (chosen on dev itself: an "
+              "upper bound)")
         o = np.argsort(-s, kind="stable")                     # ROC curve: sweep the threshold
         plt.plot(np.r_[0, np.cumsum(1 - y[o])] / (1 - y).sum(), np.r_[0, np.cumsum(y[o])] / y.sum(),
                  label=f"{name} P(replaced): AUC {auc:.3f}")
@@ -230,8 +253,8 @@ def scoring(model, tok, cfg, sents, n, seed):
         win = ((base < s) + 0.5 * (base == s))[keep]
         res[name] = dict(accuracy=float(win.mean()) if keep.any() else None, n=int(keep.sum()),
                          mean_score=float(s[keep].mean()) if keep.any() else None)
-        print(f"scoring: original below its {name:9} variant in {win.mean():.1%} of "
-              f"{keep.sum()} pairs (mean P(replaced) {base[keep].mean():.3f} vs "
+        print(f"scoring: original below its {name:9} variant in {win.mean():5.1%} of "
+              f"{keep.sum()} pairs (chance 50 %; mean P(replaced) {base[keep].mean():.3f} vs "
               f"{s[keep].mean():.3f})" if keep.any() else f"scoring: no {name} variant differs")
     return res
 

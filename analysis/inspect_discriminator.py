@@ -3,7 +3,7 @@ and the command line for the intrinsic analyses of analysis/analyses.py (calibra
 SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
 
     python analysis/inspect_discriminator.py --ckpt out/ckpt.pt "the chef ate the meal" --mask 2,meal
-    python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt     # "the chef cooked the meal"
+    python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt --data DIR  # a held-out sentence
     python analysis/inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
     python analysis/inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
     python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
@@ -41,7 +41,7 @@ from analysis.analyses import InspectError, attention, calibration, cola, d_prob
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from analysis.representations import compare
 from analysis import token_groups
-from objectives import Masked, corrupt, sample
+from objectives import Masked, corrupt, mask_tokens, sample
 from machinery.tokenize_corpus import split_sentences
 from machinery.tokenizer import Tokenizer
 import matplotlib
@@ -205,6 +205,48 @@ def figure2(model, tok, cfg, text, mask_items, k, seed, out):
                  "(D says: green = right, red = wrong)", fontsize=10)
     save_png(fig, out / "figure2.png")
     return tr
+
+
+PAPER_SENTENCE, PAPER_MASK = "the chef cooked the meal", "the,cooked"     # Figure 2's example
+
+
+def default_sentence(args, tok, cfg):
+    """figure2's text and --mask when none is given: a sentence of the checkpoint's own kind of
+    text - the first of 12 to 40 tokens in --data's validation split, counted from a place the
+    seed picks (else the first 40 tokens of a longer one) - with its masked positions drawn as pre-training draws them (mask_tokens, the
+    checkpoint's mask_prob, seeded). Without --data, the paper's example, which a model trained
+    on other text (the demo corpus is Python's documentation) may find strange. Returns (text,
+    mask items, one line saying which)."""
+    if not args.data:
+        return PAPER_SENTENCE, args.mask or PAPER_MASK, (
+            f"figure2: the paper's example sentence {PAPER_SENTENCE!r}; --data DIR takes one "
+            "from the checkpoint's own validation text instead")
+    meta = load_meta(args.data)
+    if meta["vocab_size"] != cfg.vocab_size:
+        raise InspectError(f"{args.data} was tokenized with another tokenizer than the "
+                           "checkpoint's: give the data folder it was trained on")
+    tokens, lengths = load_split(args.data, "val", meta)
+    ends, rng = np.cumsum(lengths, dtype=np.int64), np.random.default_rng(args.seed)
+    order = np.roll(np.arange(len(lengths)), -int(rng.integers(max(1, len(lengths)))))
+    pick = next((i for i in order if 12 <= lengths[i] <= 40), None)    # a sentence that fits
+    if pick is None:                                  # else the first 40 tokens of a longer one
+        pick = next((i for i in order if lengths[i] >= 5), None)
+    if pick is None:
+        return PAPER_SENTENCE, args.mask or PAPER_MASK, (
+            f"figure2: {args.data}'s validation split has no sentence of 5 tokens or more: the "
+            f"paper's example {PAPER_SENTENCE!r} instead")
+    ids = tokens[ends[pick] - lengths[pick]:ends[pick]][:40].astype(int).tolist()
+    text = tok.decode(ids).strip()
+    if args.mask:
+        return text, args.mask, f"figure2: sentence {pick} of {args.data}'s validation split"
+    x = torch.tensor([encode(tok, text, cfg.seq_len)])
+    m = mask_tokens(x, (tok.pad_id, tok.cls_id, tok.sep_id), tok.mask_id, x.shape[1],
+                    cfg.mask_prob, generator=torch.Generator().manual_seed(args.seed))
+    chosen = sorted(int(t) - 1 for t, w in zip(m.positions[0], m.weights[0]) if w > 0)
+    return text, ",".join(map(str, chosen)), (
+        f"figure2: sentence {pick} of {args.data}'s validation split (seed {args.seed}), "
+        f"{len(chosen)} masked position(s) drawn as pre-training draws them "
+        f"({cfg.mask_prob:.0%} of the tokens); give TEXT and --mask to choose")
 
 
 # ----------------------------------------------------------------------------- held-out text
@@ -387,9 +429,7 @@ def run(args):
         raise InspectError("mlm needs held-out text (--data DIR or --text FILE) for the "
                            "accuracies, or a sentence and --mask WORD for its candidates")
     args.topk = args.topk or (100 if cmd == "mlm" else 5)
-    if cmd in ("figure2", "all") and not text:              # the paper's example
-        text, args.mask = "the chef cooked the meal", args.mask or "the,cooked"
-    if cmd in ("figure2", "all") and not args.mask:
+    if cmd in ("figure2", "all") and text and not args.mask:
         raise InspectError("figure2 on your own text needs --mask (token indices or words)")
     label_words = [w.strip() for w in args.label_words.split(",") if w.strip()]
     if len(label_words) != 2 or args.prompt.count("{}") != 1:
@@ -401,6 +441,9 @@ def run(args):
     if args.topk > cfg.vocab_size:
         raise InspectError(f"--topk {args.topk}: the vocabulary has {cfg.vocab_size} tokens")
     bert = load_bert(args.bert, tok) if args.bert else None
+    if cmd in ("figure2", "all") and not text:
+        text, args.mask, which = default_sentence(args, tok, cfg)
+        print(which)
     out = Path(args.out) if args.out else Path(args.ckpt).parent / "inspect"
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -455,6 +498,7 @@ def main(argv=None):
     existed = out.exists()
     try:
         run(args)
+        cli.remove_if_left_empty(out, existed)     # attention, scoring, sst2 write no file
         return 0
     except (InspectError, CheckpointError, DataError, GlueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """analysis/inspect_discriminator.py: the metrics against hand-worked values, the Figure 2 trace, the
 zero-shot rule, and every subcommand of the command line on a tiny random checkpoint."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -246,7 +247,7 @@ def test_text_file_is_held_out_text(tiny, tmp_path, capsys):
     f.write_text("The cat sees the ball in the morning. A dog likes the river.\n\n" * 30)
     assert insp.main(["calibration", "--ckpt", str(tiny), "--text", str(f), "--n", "5",
                       "--out", str(tmp_path)]) == 0
-    assert "of 5 sequences" in capsys.readouterr().out
+    assert "of 5 held-out sequences" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
@@ -270,3 +271,45 @@ def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
         assert insp.main([*map(str, args), "--out", str(tmp_path / "o")]) == 1, args
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and message in err[0], (args, err)
+
+
+def test_printed_figures_are_rounded_with_chance_beside_them(tiny, learnable_data_dir, tmp_path,
+                                                             capsys):
+    """calibration prints each figure rounded (no 0.6478708165125667) and what chance, or a D
+    that answers "real" everywhere, would score beside it."""
+    common = ["--ckpt", str(tiny), "--out", str(tmp_path / "o"), "--threads", "1",
+              "--data", str(learnable_data_dir), "--n", "5"]
+    assert insp.main(["calibration", *common]) == 0
+    text = capsys.readouterr().out
+    assert "chance 0.500" in text and "\"real\" everywhere: 0 %" in text and "at random:" in text
+    assert not re.search(r"\d\.\d{5,}", text), text          # nothing past 4 decimals
+    res = {"ece": 0.01234567, "n_tokens": 1000, "n_sequences": 3, "share_replaced": 0.1234567,
+           "mean_p_replaced": 0.2, "token_auc": 0.6478708165125667,
+           "recall_at_0_5": 0.04851752021563342, "precision_at_0_5": None}
+    lines = analyses.calibration_summary(res, 10)
+    assert "0.648" in lines and "4.9 %" in lines and "12.3 %" in lines and "0.0123" in lines
+
+
+def test_figure2_takes_its_sentence_from_the_checkpoints_own_held_out_text(
+        tiny, learnable_data_dir, tmp_path, capsys):
+    """Without TEXT, figure2 with --data draws a validation sentence and masks it as
+    pre-training does (round(15 % of n) positions, at least 1, seeded: the same twice), and says
+    which; without --data it says it uses the paper's example."""
+    common = ["figure2", "--ckpt", str(tiny), "--out", str(tmp_path / "o"), "--threads", "1"]
+    runs = []
+    for _ in range(2):
+        assert insp.main([*common, "--data", str(learnable_data_dir)]) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1] and "validation split" in runs[0] and "masked position" in runs[0]
+    n_real = len(re.search(r"^x +(.*)$", runs[0], re.M)[1].split()) - 2
+    k = int(re.search(r"(\d+) masked position", runs[0])[1])
+    assert k == max(1, int(np.floor(0.15 * n_real + 0.5))) and 5 <= n_real <= 40
+    assert insp.main(common) == 0
+    assert "the paper's example sentence" in capsys.readouterr().out
+
+
+def test_a_command_that_writes_nothing_leaves_no_folder(tiny, learnable_data_dir, tmp_path):
+    out = tmp_path / "never"
+    assert insp.main(["attention", "--ckpt", str(tiny), "--out", str(out), "--threads", "1",
+                      "--data", str(learnable_data_dir), "--n", "3"]) == 0
+    assert not out.exists()
