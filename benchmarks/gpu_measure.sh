@@ -3,8 +3,8 @@
 #
 #   bash benchmarks/gpu_measure.sh all MIN  [RES]   # everything below in MIN minutes, in one command;
 #                                        #   again: BERT-Small at the same FLOPs, then a longer run
-#   bash benchmarks/gpu_measure.sh carry [N]        # on the machine with the data: N corpus shards + GLUE
-#                                        #   into .carry/ (default: as many as fit in 64 MiB)
+#   bash benchmarks/gpu_measure.sh carry [N]        # N corpus shards + GLUE from DATA_FROM into .carry/,
+#                                        #   to travel with the code (default: as many as fit in 64 MiB)
 #   bash benchmarks/gpu_measure.sh check    [RES]   # GPU, versions, the compiled step's self-check
 #   bash benchmarks/gpu_measure.sh prepare  [RES]   # the carried shards -> out_gpu/data/corpus
 #   bash benchmarks/gpu_measure.sh bench    [RES]   # benchmarks/bench.py (4 contenders), --profile, torchrun + NCCL
@@ -30,7 +30,8 @@
 #   TASKS [cola,mrpc,stsb,rte,sst2]   FT_ARGS: extra finetune_glue.py flags
 #   MODEL [electra]: bert pre-trains and fine-tunes BERT-Small, its files named *_bert
 #   CORPUS [.carry/corpus, else ../shared/data/corpus]: a folder of your own .txt/.txt.xz/.txt.gz
-#     files works too     GLUE [.carry/glue, else ../shared/...]: CoLA/ SST-2/ ... with train/dev.tsv
+#     files     GLUE [.carry/glue, else ../shared/data/glue]: CoLA/ SST-2/ ... with train/dev.tsv
+#   DATA_FROM [../shared/data]: where `carry` copies from (corpus/ and glue/ inside it)
 #   WHICH [ours,ours_compiled,bert,hf; on a CPU ours,bert,hf]: the bench's contenders
 #   LIMIT_BENCH [240], LIMIT_PROFILE [150], LIMIT_DDP [150], LIMIT_TASK [300], LIMIT_CHECK [240]:
 #     seconds each sub-run may take (SIZE=tiny: half)
@@ -129,8 +130,8 @@ shards() { find "$CORPUS" -maxdepth 1 -name '*.txt*' 2>/dev/null | sort; }
 stage_carry() {
   # N shards (wiki and books alternating, as the paper's Wikipedia + BooksCorpus) and the five
   # local GLUE tasks into .carry/, within the 64 MiB that may travel with the checkout.
-  local src=../shared/data want=${1:-99} budget used f size n=0
-  [ -d "$src/corpus" ] || die "$src/corpus: no corpus to carry"
+  local src=${DATA_FROM:-../shared/data} want=${1:-99} budget used f size n=0
+  [ -d "$src/corpus" ] || die "$src/corpus: no corpus to carry: set DATA_FROM=a folder with corpus/ (text files) and glue/"
   rm -rf .carry && mkdir -p .carry/corpus .carry/glue || die "cannot write .carry/"
   # what travels anyway: tracked and untracked-not-ignored files
   used=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
@@ -139,8 +140,10 @@ stage_carry() {
   done
   used=$((used + $(du -cb .carry/glue | tail -1 | cut -f1)))
   budget=$((64 * 1024 * 1024 - 1024 * 1024))          # 1 MiB to spare
-  for f in $(paste -d'\n' <(ls "$src/corpus"/wiki2015-*.txt.xz) <(ls "$src/corpus"/books-*.txt.xz) \
-             | grep . ; ls "$src/corpus"/wiki2021-*.txt.xz); do
+  # the developers' shards in their order (wiki and books alternating), then every other file
+  for f in $( { paste -d'\n' <(ls "$src/corpus"/wiki2015-*.txt.xz 2>/dev/null) \
+                  <(ls "$src/corpus"/books-*.txt.xz 2>/dev/null) | grep . ;
+                ls "$src/corpus"/*.txt* 2>/dev/null; } | awk '!seen[$0]++'); do
     [ "$n" -ge "$want" ] && break
     size=$(stat -c %s "$f")
     [ $((used + size)) -le "$budget" ] || continue
@@ -181,7 +184,7 @@ stage_check() {
 
 stage_prepare() {
   local n; n=$(shards | wc -l)
-  [ "$n" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text, or run 'bash benchmarks/gpu_measure.sh carry' where ../shared is"
+  [ "$n" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md)"
   rm -rf "$WORK/data/corpus"
   # shellcheck disable=SC2046
   run prepare.txt $PY data.py --corpus $(shards) --name corpus --out_root "$WORK/data" \
