@@ -31,6 +31,7 @@ from objectives import mask_tokens
 from optim import decay_groups, make_adam
 from machinery.progress import left_plateau_line, off_plateau, plateau_note, progress_line
 from machinery.step import compile_step
+from machinery.threads import ThreadChooser
 
 
 class TrainingDiverged(Exception):
@@ -186,6 +187,9 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # --profile N: torch.profiler records N steps, after two to warm up (compilation, allocator)
     prof = start_profile(args.profile, out, device) if getattr(args, "profile", None) and main \
         else None
+    # On a CPU the run picks its thread count from timed steps (machinery/threads.py): two
+    # threads are faster on an idle machine, one on a busy laptop.
+    threads = ThreadChooser.for_run(device, args, dist.world, say)
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]
     setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
@@ -212,6 +216,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                                                args)
             if prof:
                 prof.step()
+            if threads:
+                threads.after_step()
             st["step"] += 1
             st["flops"] += flops_per_step
             # The data position moves only once the step is done, so a checkpoint written now

@@ -1,0 +1,103 @@
+"""machinery/threads.py: a CPU run times a few steps at each thread count and keeps the fastest,
+and times them again later. Judged with a stand-in clock - which count is faster is what the
+test says, never what this machine measures - and once through the training loop."""
+import types
+
+import pytest
+import torch
+
+import electra_small
+from machinery import threads
+from machinery.threads import ThreadChooser, candidates
+
+
+class FakeClock:
+    """Each step takes `cost[threads]` seconds at the thread count torch has now."""
+
+    def __init__(self, cost):
+        self.t, self.cost = 0.0, cost
+
+    def __call__(self):
+        return self.t
+
+    def step(self, chooser):
+        self.t += self.cost[torch.get_num_threads()]
+        chooser.after_step()
+
+
+@pytest.fixture
+def restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def run(cost, steps, every=20, probe_steps=3, n=2):
+    clock, lines = FakeClock(cost), []
+    c = ThreadChooser(n, say=lambda *a, **k: lines.append(a[0]), probe_steps=probe_steps,
+                      every=every, clock=clock)
+    seen = []
+    for _ in range(steps):
+        clock.step(c)
+        seen.append(torch.get_num_threads())
+    return c, lines, seen
+
+
+def test_candidates_halve_down_to_one():
+    assert candidates(1) == [1] and candidates(2) == [2, 1] and candidates(12) == [12, 6, 3, 1]
+
+
+@pytest.mark.parametrize("cost, best", [({1: 0.030, 2: 0.020}, 2),     # idle: two threads win
+                                        ({1: 0.030, 2: 0.080}, 1)])    # busy: one thread wins
+def test_the_faster_count_is_kept(cost, best, restore_threads):
+    c, lines, seen = run(cost, 20)
+    assert c.chosen == best and len(lines) == 1 and lines[0].startswith(f"threads: {best} ")
+    # after 2 steps, a probe: 3 + 1 steps at 2 threads, 3 + 1 at 1, then the best runs
+    # (seen: the count set after each step)
+    assert seen[1:5] == [2] * 4 and seen[5:9] == [1] * 4 and seen[9:] == [best] * 11
+
+
+def test_a_machine_that_gets_busy_is_noticed_at_the_next_probe(restore_threads):
+    clock, lines = FakeClock({1: 0.030, 2: 0.020}), []
+    c = ThreadChooser(2, say=lambda *a, **k: lines.append(a[0]), probe_steps=3, every=20,
+                      clock=clock)
+    for _ in range(15):
+        clock.step(c)
+    assert c.chosen == 2
+    clock.cost = {1: 0.030, 2: 0.090}                  # a second job starts
+    for _ in range(40):
+        clock.step(c)
+    assert c.chosen == 1 and torch.get_num_threads() == 1 and len(lines) == 2
+    assert len(c.history) >= 2 and c.history[-1][2] > c.history[-1][1]
+
+
+def test_who_may_choose(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    args = types.SimpleNamespace(threads=None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert isinstance(ThreadChooser.for_run(cpu, args, 1), ThreadChooser)
+    assert ThreadChooser.for_run(cuda, args, 1) is None                  # a GPU run
+    assert ThreadChooser.for_run(cpu, args, 2) is None                   # torchrun's processes
+    assert ThreadChooser.for_run(cpu, types.SimpleNamespace(threads=2), 1) is None   # --threads
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert ThreadChooser.for_run(cpu, args, 1) is None                   # the user's setting
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert ThreadChooser.for_run(cpu, args, 1) is None                   # one core
+
+
+def test_a_training_run_chooses_its_threads(data_dir, tmp_path, monkeypatch, capsys,
+                                            restore_threads):
+    """Without --threads or OMP_NUM_THREADS, a CPU run with two cores probes and says which
+    count it keeps; with --threads it never does."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "PROBE_STEPS", 2)
+    real = torch.get_num_threads
+    monkeypatch.setattr(torch, "get_num_threads", lambda: max(2, real()))
+    base = ["--data", str(data_dir), "--size", "tiny", "--max_steps", "12", "--log_every", "6"]
+    assert electra_small.main([*base, "--out_dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert sum(l.startswith("threads: ") for l in out.splitlines()) == 1, out
+    assert electra_small.main([*base, "--out_dir", str(tmp_path / "b"), "--threads", "1"]) == 0
+    assert "threads: " not in capsys.readouterr().out
