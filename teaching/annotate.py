@@ -226,11 +226,13 @@ def parse(source):
 #     x_i  x^masked  x^corrupt_t  x_{t+1}     sub- and superscripts: one term, or a {group}
 #     sum_{i ∈ m}  min_{θ_G, θ_D}  argmax     limits under the operator (∑ works too)
 #     log exp sigmoid softmax round E H ...   functions, set upright
-#     != <= >= <- -> ~ * ...  \{ \}           ≠ ≤ ≥ ← → ∼ ⋅ … and literal braces
+#     != <= >= <- -> ~ * ...                  ≠ ≤ ≥ ← → ∼ ⋅ …
 #     "text"   for if and otherwise           words inside an equation
-#     a & b \\ c & d                          a display of several rows (columns at &)
+#     a display over several lines            one row per line, its columns split at &
 #
-# Greek letters and symbols (θ λ ε β η ∈ ≠ ← √ ⌈ ⌉ ·) are written as themselves.
+# Greek letters and symbols (θ λ ε β η ∈ ≠ ← √ ⌈ ⌉ ·) are written as themselves; braces that
+# do not follow _, ^ or √ are shown as braces (unif{1, n}). No backslashes: docstrings would
+# read them as escapes.
 
 MATH_TOKEN = re.compile(r"""
     (?P<space>\s+)
@@ -238,21 +240,24 @@ MATH_TOKEN = re.compile(r"""
   | (?P<num>\d+(?:\.\d+)?)
   | (?P<word>[^\W\d_](?:[^\W_]|[\u0300-\u036f])*)
   | (?P<under>_)
-  | (?P<op><-|->|!=|<=|>=|\\[{}]|\.\.\.|[^\s\w])
+  | (?P<op><-|->|!=|<=|>=|\.\.\.|[^\s\w])
 """, re.X)
 MATH_BIG = {"sum": "∑", "∑": "∑", "prod": "∏", "min": "min", "max": "max", "argmax": "argmax",
             "argmin": "argmin"}
-MATH_FUNC = {"log", "exp", "sigmoid", "softmax", "round", "unif", "REPLACE", "E", "H", "GELU",
+MATH_FUNC = {"log", "ln", "exp", "sigmoid", "softmax", "round", "unif", "REPLACE", "E", "H", "GELU",
              "LN", "Attn", "FFN", "onehot", "mean", "dense", "clip", "sign"}
 MATH_WORDS = {"for", "if", "and", "otherwise", "with", "else", "where"}
 MATH_OPS = {"<-": "←", "->": "→", "!=": "≠", "<=": "≤", ">=": "≥", "-": "−", "*": "⋅",
-            "~": "∼", "\\{": "{", "\\}": "}", "...": "…"}
+            "~": "∼", "...": "…"}
 
 
 def mathml(src, display=False):
     """The notation above -> one <math> element; AnnotateError on what it cannot read."""
     def fail(why):
         raise AnnotateError(f"math `{src.strip()}`: {why}")
+
+    if "\\" in src:
+        fail("no backslashes in the notation: write symbols as themselves (λ, not \\lambda)")
 
     def tokens(text):
         out, pos = [], 0
@@ -271,23 +276,24 @@ def mathml(src, display=False):
         def peek():
             return toks[pos] if pos < len(toks) else (None, None)
 
-        def atom():
+        def atom(group=False):
+            """One term; a {group} only where `group` (after _, ^ or √), else a brace."""
             nonlocal pos
             kind, s = peek()
             if kind is None:
                 fail("ends where a term was expected")
             pos += 1
-            if s == "{":
+            if s == "{" and group:
                 inner = row("}")
                 pos += 1
                 return f"<mrow>{inner}</mrow>", "group"
             if s == "√":
-                return f"<msqrt>{atom()[0]}</msqrt>", "group"
+                return f"<msqrt>{atom(True)[0]}</msqrt>", "group"
             if kind == "num":
                 return f"<mn>{s}</mn>", "num"
             if kind == "text":
                 return f"<mtext>\u00a0{html.escape(s[1:-1].strip())}\u00a0</mtext>", "text"
-            if kind == "under" or s in ("^", "'", "}"):
+            if kind == "under" or s in ("^", "'"):
                 fail(f"a {s} with nothing before it")
             if s in MATH_BIG:
                 big = ' largeop="true"' if s in ("sum", "∑", "prod") else ""
@@ -308,10 +314,10 @@ def mathml(src, display=False):
                 k, s = peek()
                 if k == "under" and sub is None:
                     pos += 1
-                    sub = atom()[0]
+                    sub = atom(True)[0]
                 elif s in ("^", "'") and sup is None:
                     pos += 1
-                    sup = atom()[0] if s == "^" else "<mo>′</mo>"
+                    sup = atom(True)[0] if s == "^" else "<mo>′</mo>"
                 else:
                     break
             names = ("munder", "mover", "munderover") if kind == "big" else \
@@ -323,18 +329,18 @@ def mathml(src, display=False):
 
         def row(until=None):
             out = []
-            while peek()[1] != until:
-                if peek()[0] is None:
-                    fail("a { without its }")
+            while peek()[0] is not None and not (until and peek()[1] == until):
                 item, kind = scripted()
                 out.append(item)
                 if kind == "func" and peek()[1] not in ("(", "[", None):
                     out.append('<mspace width="0.17em"/>')     # log p, not logp
+            if until and peek()[0] is None:
+                fail("a { without its }")
             return "".join(out)
 
         return row()
 
-    rows = [[cell(tokens(c)) for c in line.split("&")] for line in src.split("\\\\")]
+    rows = [[cell(tokens(c)) for c in line.split("&")] for line in src.strip().split("\n")]
     if len(rows) == 1 and len(rows[0]) == 1:
         body = rows[0][0]
     else:
@@ -497,7 +503,8 @@ def notes_markdown(text, maths):
     def put(src, display):
         maths.append(mathml(src, display))
         return f"⟦{len(maths) - 1}⟧"
-    text = MATH_DISPLAY.sub(lambda m: "\n\n" + put(m.group(1), True) + "\n\n", text)
+    text = MATH_DISPLAY.sub(lambda m: "\n\n" + put(inspect.cleandoc(m.group(1)), True) + "\n\n",
+                            text)
     lines, prev = [], ""
     for line in text.strip("\n").split("\n"):
         if line.startswith(("    ", "\t")):      # an indented block is shown as written
@@ -519,8 +526,9 @@ def notes_markdown(text, maths):
 def plain(text, put=None):
     """Markdown that shows `text` as the source writes it: `_x_` as code, 2*m*n as is, and
     each `$...$` set aside by `put` (see notes_markdown)."""
-    pieces = MATH_INLINE.split(text) if put else [text]
-    return "".join(put(p, False) if k % 2 else INNER_STAR.sub(r"\*", EDGE_UNDERSCORE.sub(r"`\1`", p))
+    pieces = MATH_INLINE.split(text) if put else [text]       # text, math, text, ...
+    return "".join(put(p, False) if k % 2 else
+                   INNER_STAR.sub(r"\*", EDGE_UNDERSCORE.sub(r"`\1`", p))
                    for k, p in enumerate(pieces))
 
 
@@ -615,7 +623,7 @@ ol.path li { margin: .5em 0; }
 .math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
 math { font-size: 1.1em; }
 math[display="block"] { margin: .2em 0; }
-mtd { text-align: left; padding: .12em 1.2em .12em 0; }
+mtd { text-align: left; padding: .2em 1.2em .2em 0; math-style: normal; }
 details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
                 color: #444; background: #fafafc; }
 details.aside summary { cursor: pointer; color: #666; font-size: .9em; }
@@ -737,25 +745,22 @@ def render_page(k, file, root, out, libs, defs):
 
 
 # The idea, before the reading path: what a reader should hold in mind on every page.
-IDEA = """ELECTRA (Clark, Luong, Le and Manning, ICLR 2020) asks a different question of a
-language model. BERT hides 15 % of the words and learns only from guessing those. ELECTRA lets
-a small masked language model, the generator G, fill the hidden places with plausible words,
-and trains a second network, the discriminator D, to say for *every* word whether it is the
-original or a replacement. D is the model we keep. It learns from all the words of every
-sentence, not only from the few that were hidden, and at equal compute it fine-tunes to better
-scores than BERT (§3.3, Table 1; §3.5 traces the gain to the loss over all tokens). One step:
+IDEA = """ELECTRA (Clark, Luong, Le and Manning, ICLR 2020) trains a text encoder on a
+different question. BERT hides 15 % of the words and learns from guessing those alone.
+ELECTRA lets a small masked language model, the generator G, fill the hidden places with
+plausible words, and trains the discriminator D to say for *every* word whether it is the
+original or a replacement. D is the model we keep: it learns from all the words of every
+sentence, and at equal compute it fine-tunes to better GLUE scores than BERT (Table 1; §3.5
+traces the gain to the loss over all tokens). One step (§2):
 
-$$ m = k "random positions of" x & x^masked = REPLACE(x, m, [MASK]) \\\\
-   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m & x^corrupt = REPLACE(x, m, x̂) \\\\
+$$ m = k "random positions of" x & x^masked = REPLACE(x, m, [MASK])
+   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m & x^corrupt = REPLACE(x, m, x̂)
    min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) & "no gradient through the sample" $$
 
-The pages below read that step as this project's code, in the paper's order: the notes on the
-left, the code they describe on the right (a narrow window shows each note above its code).
-Every note is the source's own comment or docstring, built into these pages by `python
-teaching/annotate.py`, so the pages say what the code says. The notes keep three voices apart:
-*the paper says* (with its section, linked to the page of the paper), *the official code does*
-(google-research/electra, linked to its file), and *this code does*. Engineering that serves
-only speed or scale waits in closed asides."""
+The pages read that step as this project's code, notes beside it. Each note says whose word
+it gives: *the paper says* (linked to its page), *the official code does* (google-research/electra,
+linked to its file), or *this code does*; engineering for speed or scale waits in closed
+asides."""
 
 
 def render_index(root, out, libs, defs):
