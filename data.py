@@ -9,8 +9,9 @@ every document's end, where batches.py cuts examples.
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
     python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki
 
-(the second needs `pip install datasets`) write data/NAME/: train.bin and val.bin (uint16 token ids, as nanoGPT), train.sent.bin and
-val.sent.bin (sentence lengths), tokenizer.tiktoken and meta.json.
+(the second needs `pip install datasets`) write data/NAME/: train.bin and val.bin (uint16 token
+ids, as nanoGPT), train.sent.bin and val.sent.bin (sentence lengths), tokenizer.tiktoken and
+meta.json.
 
 Engineering: one worker process per core tokenizes a chunk of documents at a time, written as it
 comes back, so any corpus streams through in a few MB per worker

@@ -2,7 +2,8 @@
 
 The paper says (§2): at each masked position t, G's softmax over the token embeddings e,
 
-$$ p_G(x_t | x) = exp(e(x_t)^T h_G(x)_t) / sum_{x'} exp(e(x')^T h_G(x)_t) $$
+$$ p_G(x_t | x) = exp(e(x_t)^T h_G(x)_t) /
+   "    " sum_{x'} exp(e(x')^T h_G(x)_t) $$
 
 and G learns by maximum likelihood (L_MLM, objectives.py), not to fool D. For ELECTRA-Small G
 has D's depth and a quarter of its width (Table 6: hidden 64, FFN 256, one head); §3.2 found

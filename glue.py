@@ -202,7 +202,8 @@ def f1_score(pred, gold):
 
 def matthews_corr(pred, gold):
     """Matthews correlation,
-    $$ MCC = (TP ⋅ TN − FP ⋅ FN) / √{(TP + FP)(TP + FN)(TN + FP)(TN + FN)} $$
+    $$ MCC = (TP ⋅ TN − FP ⋅ FN) /
+       "    " √{(TP + FP)(TP + FN)(TN + FP)(TN + FN)} $$
     0 for a classifier that predicts one class everywhere (a zero factor below; scikit-learn's
     choice too): what an untrained CoLA model gets."""
     p, g = np.asarray(pred) == 1, np.asarray(gold) == 1

@@ -3,14 +3,17 @@
 ELECTRA trains two networks, a generator G (generator.py) and a discriminator D
 (discriminator.py). The paper says (§2): mask, corrupt, then learn both losses at once,
 
-$$ m_i ∼ unif{1, n} for i = 1, …, k & x^masked = REPLACE(x, m, [MASK])
-   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m & x^corrupt = REPLACE(x, m, x̂) $$
+$$ m_i ∼ unif{1, n} for i = 1, …, k
+   x^masked = REPLACE(x, m, [MASK])
+   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m
+   x^corrupt = REPLACE(x, m, x̂) $$
 
 $$ min_{θ_G, θ_D} sum_{x ∈ X} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
 
-$$ L_MLM(x, θ_G) & = E[ sum_{i ∈ m} −log p_G(x_i | x^masked) ]
-   L_Disc(x, θ_D) & = E[ sum_{t=1}^n −1(x^corrupt_t = x_t) log D(x^corrupt, t)
-   & − 1(x^corrupt_t ≠ x_t) log(1 − D(x^corrupt, t)) ] $$
+$$ L_MLM(x, θ_G) = E[ sum_{i ∈ m} −log p_G(x_i | x^masked) ]
+   L_Disc(x, θ_D) = E[ sum_{t=1}^n
+   "    " −1(x^corrupt_t = x_t) log D(x^corrupt, t)
+   "    " − 1(x^corrupt_t ≠ x_t) log(1 − D(x^corrupt, t)) ] $$
 
 with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flows through the
 sample x̂. Below, in that order: `mask_tokens`, `sample`, `corrupt`, `mlm_loss`, `disc_loss`,

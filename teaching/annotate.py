@@ -331,6 +331,9 @@ def mathml(src, display=False):
             out = []
             while peek()[0] is not None and not (until and peek()[1] == until):
                 item, kind = scripted()
+                if kind == "func" and out and (out[-1].endswith(("</mi>", "</mn>", ")</mo>",
+                                                                   "</msub>", "</msup>"))):
+                    out.append('<mspace width="0.17em"/>')     # x) log D, not x)logD
                 out.append(item)
                 if kind == "func" and peek()[1] not in ("(", "[", None):
                     out.append('<mspace width="0.17em"/>')     # log p, not logp
@@ -345,7 +348,7 @@ def mathml(src, display=False):
         body = rows[0][0]
     else:
         body = '<mtable displaystyle="true">' + "".join(
-            "<mtr>" + "".join(f"<mtd>{c}</mtd>" for c in r) + "</mtr>" for r in rows) + "</mtable>"
+            "<mtr>" + "".join(f'<mtd displaystyle="true">{c}</mtd>' for c in r) + "</mtr>" for r in rows) + "</mtable>"
     block = ' display="block"' if display else ""
     return f"<math{block}><mrow>{body}</mrow></math>"
 
@@ -621,7 +624,8 @@ h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background:
 ol.path li { margin: .5em 0; }
 /* Typeset math: a display equation scrolls in its own box, never the page. */
 .math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
-math { font-size: 1.1em; }
+math { font-size: 1.1em; font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math",
+       math; }
 math[display="block"] { margin: .2em 0; }
 mtd { text-align: left; padding: .2em 1.2em .2em 0; math-style: normal; }
 details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
@@ -753,9 +757,11 @@ original or a replacement. D is the model we keep: it learns from all the words 
 sentence, and at equal compute it fine-tunes to better GLUE scores than BERT (Table 1; §3.5
 traces the gain to the loss over all tokens). One step (§2):
 
-$$ m = k "random positions of" x & x^masked = REPLACE(x, m, [MASK])
-   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m & x^corrupt = REPLACE(x, m, x̂)
-   min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) & "no gradient through the sample" $$
+$$ m = k "random positions of" x
+   x^masked = REPLACE(x, m, [MASK])
+   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m
+   x^corrupt = REPLACE(x, m, x̂)
+   min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
 
 The pages read that step as this project's code, notes beside it. Each note says whose word
 it gives: *the paper says* (linked to its page), *the official code does* (google-research/electra,
