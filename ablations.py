@@ -1,21 +1,18 @@
-"""The paper's ablations, each a small change to the ELECTRA objective of objectives.py.
+"""The paper's ablations, each a small change to objectives.ELECTRA (§3.2, §3.5, Appendix F).
 
-§3.2 "Smaller Generators" and "Training Algorithms", Appendix F, §3.5 "Efficiency Analysis":
+| flag | class | what changes |
+|---|---|---|
+| `--objective electra15` | `ELECTRA15` | L_Disc over the masked positions only (§3.5) |
+| `--objective replace_mlm` | `ReplaceMLM` | an MLM reading G's samples, not [MASK] (§3.5) |
+| `--objective all_tokens_mlm` | `AllTokensMLM` | an MLM over every token, a copy gate (§3.5) |
+| `--gen_size S` | (config) | G's width as a fraction of D's (§3.2) |
+| `--generator unigram` | `UnigramELECTRA` | x̂ from the corpus's token frequencies (§3.2) |
+| `--generator adversarial` | `AdversarialELECTRA` | G maximises L_Disc by REINFORCE (Appendix F) |
+| `--generator gumbel` | `GumbelELECTRA` | not the paper's: a reviewer's Gumbel-softmax G |
+| `--two_stage` | `TwoStageELECTRA` | G alone, then D from G's weights, G frozen (§3.2) |
 
-    --gen_size S           G's width as a fraction of D's (a config field, no class needed)
-    --generator unigram    UnigramELECTRA: x̂ sampled from corpus token frequencies, no G network
-    --generator adversarial  AdversarialELECTRA: G trained to *maximise* L_Disc by REINFORCE
-    --generator gumbel     GumbelELECTRA: G by maximum likelihood, then annealed towards
-                           maximising L_Disc through straight-through Gumbel-softmax samples
-                           (a reviewer's suggestion; docs/reviewers-questions.md)
-    --two_stage            TwoStageELECTRA: G alone, then D initialised from G, G frozen
-    --objective electra15  ELECTRA15: L_Disc over the masked positions m only
-    --objective replace_mlm  ReplaceMLM: D becomes an MLM that reads x_corrupt instead of [MASK]
-    --objective all_tokens_mlm  AllTokensMLM: an MLM over every token with a copy mechanism
-
-Each class overrides one step of ELECTRA.forward (generate or discriminate) or, for the two
-training algorithms, the whole step and the trainer's hooks (schedule_progress, on_progress):
-the trainer does not change. build_model, at the end, picks the model a config describes.
+Each class overrides one half of the step (generate or discriminate) or, for the training
+algorithms, the whole step and the trainer's hooks; `build_model` picks one for a config.
 """
 import copy
 
@@ -36,14 +33,13 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- §3.5
 
 class ELECTRA15(ELECTRA):
-    """"ELECTRA 15%": identical to ELECTRA except that L_Disc sums over i in m, not 1..n.
-    The paper's point: this loses most of ELECTRA's gain (Table 5: 82.4 vs 85.0)."""
+    """"ELECTRA 15%": ELECTRA with L_Disc summed over $i ∈ m$, not $t = 1, …, n$ (§3.5). The
+    paper's point: this loses most of ELECTRA's gain (Table 5: 82.4 against 85.0)."""
 
     def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
                      segment_ids=None):
         # BEGIN ASSIGNMENT electra15
-        # The used slots' positions: count each position's used slots (an unused slot may
-        # repeat a used position, Masked says; a sum does not depend on the order of writes).
+        # The used slots' positions, by a count (an unused slot may repeat a used position).
         in_m = torch.zeros(scored.shape, device=scored.device).scatter_add(
             1, masked.positions, masked.weights.float()) > 0
         return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m, pad_mask,
@@ -52,10 +48,10 @@ class ELECTRA15(ELECTRA):
 
 
 class ReplaceMLM(ELECTRA):
-    """"Replace MLM": masked language modelling where masked positions hold generator samples
-    instead of [MASK]. Tests how much of ELECTRA's gain is the [MASK] pre-train/fine-tune
-    mismatch. The main network (kept as `discriminator`, so fine-tuning finds it) is an MLM at
-    D's size; both MLM losses have the same scale, so λ = 1."""
+    """"Replace MLM" (§3.5): masked language modelling with G's samples instead of [MASK] at
+    the masked positions: how much of ELECTRA's gain is the [MASK] mismatch? The main network
+    (`discriminator`, where fine-tuning looks) is an MLM at D's size, weighted $λ = 1$ (this
+    code's choice: two MLM losses; the paper does not say)."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -72,8 +68,9 @@ class ReplaceMLM(ELECTRA):
 
 
 class CopyMLM(Generator):
-    """An MLM over all positions with an explicit copy gate: a sigmoid D_t mixes "copy the
-    input token" with the softmax, p(x_t) = D_t 1[x_t = input_t] + (1 - D_t) p_MLM(x_t)."""
+    """An MLM over all positions with the paper's copy mechanism (§3.5): a sigmoid $D_t$ mixes
+    "copy the input token" with the softmax:
+    $p(x_t) = D_t 1(x_t = x^in_t) + (1 − D_t) p_MLM(x_t)$."""
 
     def __init__(self, cfg, embeddings):
         super().__init__(cfg, embeddings)
@@ -85,8 +82,8 @@ class CopyMLM(Generator):
 
 
 def copy_log_probs(logits, copy_logit, x_in):
-    """The full log-distribution of the copy mechanism over the vocabulary, (B, T, V): used by
-    tests to check that it sums to one; the loss below only needs the target's entry."""
+    """The copy mechanism's full log-distribution over the vocabulary, (B, T, V), for the tests
+    (it must sum to one); the loss below needs only the target's entry."""
     log_mlm = F.log_softmax(logits.float(), -1) + F.logsigmoid(-copy_logit.float())[..., None]
     log_copy = F.one_hot(x_in, logits.shape[-1]).float().log() + \
         F.logsigmoid(copy_logit.float())[..., None]
@@ -94,10 +91,10 @@ def copy_log_probs(logits, copy_logit, x_in):
 
 
 class AllTokensMLM(ReplaceMLM):
-    """"All-Tokens MLM": like Replace MLM, but the model predicts the identity of *every*
-    token of x_corrupt, through the copy mechanism (§3.5; without it the model would learn to
-    copy the input for all unmasked tokens). A generative objective over all tokens: Table 5
-    shows it closes most of the gap between BERT and ELECTRA. Replace MLM's λ = 1 applies."""
+    """"All-Tokens MLM" (§3.5): Replace MLM predicting *every* token of x_corrupt, through the
+    copy mechanism, which the paper says "improved results" (its remark that a model would
+    "trivially learn to ... copy the input" is about inputs without G's samples). Table 5: it
+    closes most of the gap between BERT and ELECTRA."""
 
     def make_discriminator(self, cfg, embeddings):
         return CopyMLM(cfg.disc, embeddings)
@@ -140,11 +137,10 @@ class UnigramELECTRA(ELECTRA):
 
 
 class AdversarialELECTRA(ELECTRA):
-    """Appendix F: G maximises L_Disc by policy gradient (REINFORCE), since sampling cannot be
-    back-propagated through. The reward of sample x̂_t is D's loss on it,
-    R = -log D(x̂_t) if x̂_t = x_t else -log(1 - D(x̂_t)); the learned baseline
-    b = -log sigmoid(w^T h_G(x_masked)_t) is fit to R by cross-entropy. L_MLM is still
-    computed, without gradient, to watch G's accuracy (the paper: 58 % vs 65 % for MLE)."""
+    """Appendix F: G maximises L_Disc by REINFORCE (sampling has no gradient). A sample's
+    reward is D's loss on it, $R = −log D$ if $x̂_t = x_t$, else $−log(1 − D)$, against the
+    learned baseline $b = −log sigmoid(w^T h_G(x^masked)_t)$. L_MLM, without gradient, tracks
+    G's accuracy (the paper: 58 % against 65 % by maximum likelihood)."""
 
     def make_generator(self, cfg, embeddings):
         g = Generator(cfg.gen, embeddings)
@@ -180,7 +176,7 @@ class AdversarialELECTRA(ELECTRA):
 
 
 class ScaleGrad(torch.autograd.Function):
-    """Identity forward; the gradient multiplied by `c` backward. With c < 0 the network
+    """Identity forward; the gradient multiplied by `c` backward. With $c < 0$ the network
     upstream ascends the loss downstream: G's side of the adversarial game."""
 
     @staticmethod
@@ -194,36 +190,29 @@ class ScaleGrad(torch.autograd.Function):
 
 
 def gumbel_weight(progress, start=0.5, end_weight=0.5):
-    """w, the weight of the adversarial gradient in G's update at `progress` of the budget:
-    0 (pure maximum likelihood: G "pre-trained") until `start`, then rising linearly to
-    `end_weight` at the end. G's gradient is (1 - w) grad L_MLM - w λ grad L_Disc."""
+    """w, the weight of the adversarial gradient in G's update at `progress` of the budget: 0
+    (maximum likelihood) until `start`, then linearly to `end_weight`. G's gradient is
+    $(1 − w) ∇L_MLM − w λ ∇L_Disc$."""
     if progress <= start:
         return 0.0
     return end_weight * min(1.0, (progress - start) / (1.0 - start))
 
 
 def embed_tokens(emb, token_vectors, segment_ids=None):
-    """Embeddings.forward (encoder.py) from token vectors instead of ids: e(x) with the rows
-    of the token table given, so a straight-through sample can carry a gradient into them."""
+    """`Embeddings.forward` from token vectors instead of ids, so a straight-through sample
+    can carry a gradient into them."""
     e = token_vectors + emb.position.weight[:token_vectors.shape[1]]
     e = e + (emb.segment.weight[0] if segment_ids is None else emb.segment(segment_ids))
     return emb.drop(emb.norm(e))
 
 
 class GumbelELECTRA(ELECTRA):
-    """The reviewer's generator (review-springboard.txt): G trained by maximum likelihood, then
-    annealed towards the gradient of D's loss through its samples, made differentiable by the
-    straight-through Gumbel-softmax (Jang et al. 2017; Maddison et al. 2017).
-
-    x̂_t = argmax(logits_t + g_t), g ~ Gumbel(0, 1), is an exact sample of p_G (Gumbel-max).
-    D reads it as a one-hot row y_hard times the token table, as any token; backward, the
-    gradient takes the path of y_soft = softmax((logits_t + g_t) / τ) instead:
-    y = y_hard + y_soft - stop_gradient(y_soft). On that path the gradient is multiplied by
-    -w (ScaleGrad): D descends λ L_Disc, G ascends it with weight w, and G's maximum
-    likelihood keeps weight 1 - w. w follows gumbel_weight: 0 until `gumbel_start` of the
-    budget, then linearly to `gumbel_weight`. At w = 1 this is Appendix F's adversarial G with
-    a biased low-variance gradient in place of REINFORCE's unbiased noisy one. While w = 0 the
-    step is ELECTRA's exactly (the same fused pass)."""
+    """Not the paper's: a reviewer's generator (docs/reviewers-questions.md), trained by
+    maximum likelihood, then annealed towards ascending D's loss through straight-through
+    Gumbel-softmax samples: $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, read by D as a
+    one-hot row, while the gradient takes the path of $softmax((l_t + g_t) / τ)$, times $−w$
+    (`ScaleGrad`, `gumbel_weight`). At $w = 1$: Appendix F's adversarial G with a biased,
+    low-variance gradient in place of REINFORCE's."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -278,10 +267,10 @@ class GumbelELECTRA(ELECTRA):
 # ----------------------------------------------------------------------------- §3.2 two-stage
 
 class TwoStageELECTRA(ELECTRA):
-    """§3.2 two-stage training: (1) train only G with L_MLM for n steps; (2) initialise D with
-    G's weights, then train D with L_Disc for n steps, G frozen. Needs G and D of the same size
-    (--gen_size 1). Each stage gets half the budget and its own warm-up and decay: the hooks
-    schedule_progress and on_progress tell the trainer so."""
+    """§3.2 two-stage training: G alone on L_MLM, then D, initialised from G's weights, on
+    L_Disc with G frozen (so --gen_size 1); each stage gets half the budget and its own
+    schedule. The paper says that without the initialisation D "would sometimes fail to learn
+    at all beyond the majority class"."""
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -1,17 +1,9 @@
-"""Batches: a prepared token stream -> two-segment 128-token examples -> batches.
+"""Batches: a prepared token stream -> two-segment examples of 128 tokens -> batches.
 
-Paper §2 and Appendix A, the training-time half of the input pipeline (data.py prepares the
-token stream once; this file reads it every step):
-  1. an example is [CLS] A [SEP] B [SEP]: sentences of one document up to the target length
-     (Table 6: 128), cut into two segments at a sentence boundary (segment ids 0/1, which the
-     sentence-pair GLUE tasks use), padded where a document ends early (build_examples);
-  2. examples are served in a shuffled order that is a pure function of (seed, epoch), so the
-     data position is two integers and --resume continues exactly (PretrainingData);
-  3. masking is *dynamic* ("masked positions decided on-the-fly instead of during
-     preprocessing", Appendix A): every time a sequence is used it gets fresh positions m.
-     The masking itself is line 1 of the algorithm, objectives.mask_tokens; this file only
-     gives each batch its own random-number generator for it (mask_generator), so that a
-     resumed run draws exactly the masks the uninterrupted run would have drawn.
+An example is [CLS] A [SEP] B [SEP]: sentences of one document, up to 128 tokens (§3.3), in
+two segments (`build_examples`). The paper says (Appendix A) masking is dynamic, "decided
+on-the-fly": each time a sequence is used, `objectives.mask_tokens` draws fresh positions m,
+with a generator seeded by the data position (`PretrainingData.mask_generator`).
 """
 import queue
 import threading
@@ -25,8 +17,7 @@ from data import FORMAT, DataError, load_meta
 
 def load_split(data_dir, split, meta):
     """A split's token stream (uint16 memmap) and sentence lengths, checked against each other
-    and against the vocabulary, so a damaged folder fails here with a clear line rather than
-    later with an index error or silently wrong batches."""
+    and the vocabulary: a damaged folder fails here, in one clear line."""
     bin_path, len_path = Path(data_dir) / f"{split}.bin", Path(data_dir) / f"{split}.sent.bin"
     redo = "prepare it again with `python data.py --corpus FILES --name NAME`"
     if meta.get("format") != FORMAT:
@@ -40,9 +31,8 @@ def load_split(data_dir, split, meta):
                         f"number of entries (truncated copy?): {redo}")
     if bin_path.stat().st_size == 0:
         raise DataError(f"{bin_path} is empty: {redo} with more text")
-    # A memmap reads the token stream from disk on demand: a corpus larger than memory costs
-    # nothing to open, and uint16 halves its size (the vocabulary is below 65,536). The sentence
-    # lengths are small (one uint32 per sentence) and read whole.
+    # Engineering: a memmap reads the stream from disk on demand, so a corpus larger than
+    # memory costs nothing to open.
     tokens = np.memmap(bin_path, dtype=np.uint16, mode="r")
     lengths = np.fromfile(len_path, dtype=np.uint32)
     if int(lengths.sum(dtype=np.int64)) != len(tokens):
@@ -56,26 +46,17 @@ def load_split(data_dir, split, meta):
 
 
 def build_examples(lengths, max_len, seed):
-    """Pre-training examples as the official build_pretraining_dataset.py builds them (ELECTRA's
-    version of BERT's data pipeline), from the sentence lengths of a prepared split.
+    """Examples from a split's sentence lengths (0 at a document's end), as the official
+    build_pretraining_dataset.py builds them.
 
-    `lengths` lists each sentence's token count in stream order, 0 marking a document's end.
-    Sentences are collected until they reach the target length or the document ends - so no
-    example crosses a document boundary - and then cut into two segments at a sentence
-    boundary: A gets about half the target ((target - 3) / 2 tokens, the -3 leaving room for
-    [CLS] and two [SEP]), B the rest. 10 % of examples keep everything in A (a single segment,
-    like single-sentence GLUE tasks), and 5 % get a random shorter target (5..max_len), so the
-    model also sees short, padded inputs as in fine-tuning. A is trimmed to max_len - 2 and B to
-    what is left after [CLS] A [SEP] ... [SEP]; text past the end is dropped, as officially.
-
-    Two deviations, both to keep each segment one contiguous slice of the token stream (so an
-    example is four integers): a sentence longer than max_len - 3 is cut to fill examples
-    (the official code would keep its head and drop the rest), and once B has started
-    every later sentence goes to B (the official rule could put a short later sentence back
-    into A). Returns an (N, 4) int64 array of (a_start, a_len, b_start, b_len), a pure function
-    of (lengths, max_len, seed), which is what makes --resume exact."""
-    # Every random choice comes from one seeded stream, in a fixed order: the same corpus and
-    # seed always give the same examples, so a checkpoint only needs (epoch, batch) to resume.
+    Sentences are collected up to the target length or the document's end, then cut at a
+    sentence boundary: A about half, B the rest; 10 % of examples keep all in A, 5 % get a
+    random shorter target. This code departs in two details, so that a segment is one slice of
+    the stream: a sentence longer than the example is cut, not truncated, and once B has
+    started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
+    b_start, b_len), a pure function of (lengths, max_len, seed)."""
+    # Every random choice comes from one seeded stream: the same corpus and seed always give
+    # the same examples, so a checkpoint only needs (epoch, batch) to resume.
     coins = _uniforms(np.random.default_rng(seed))
     piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
     out, cur, start, pos = [], [], 0, 0            # cur: token counts of the collected sentences
@@ -83,9 +64,8 @@ def build_examples(lengths, max_len, seed):
 
     def emit():
         nonlocal cur, target
-        # Where A ends: usually about half-way, so most examples have a B (and the segment-B
-        # embedding that six of the eight GLUE tasks read gets trained); 10 % of the time no
-        # limit, so the model also sees single-segment inputs as in CoLA and SST-2.
+        # Where A ends: about half-way, so most examples have a B (whose segment embedding six
+        # of the eight GLUE tasks read); 10 % of the time no limit.
         first_target = 1 << 30 if next(coins) < 0.1 else (target - 3) // 2
         a = b = 0
         for n in cur:
@@ -98,8 +78,7 @@ def build_examples(lengths, max_len, seed):
         b_len = min(b, max(0, max_len - a_len - 3))
         out.append((start, a_len, start + a, b_len))
         cur = []
-        # 5 % of examples aim at a random shorter length (official): fine-tuning inputs are
-        # often short and padded, and pre-training should not be all full-length sequences.
+        # 5 % of examples aim at a random shorter length (as the official code).
         target = int(5 + next(coins) * (max_len - 4)) if next(coins) < 0.05 else max_len
 
     for n in lengths.tolist():
@@ -110,8 +89,7 @@ def build_examples(lengths, max_len, seed):
         while n > 0:
             if not cur:
                 start = pos
-            # a sentence too long for any example fills this one up to max_len - 3 tokens;
-            # the rest of it starts the next example
+            # a sentence too long for any example fills this one; its rest starts the next
             k = n if n <= piece else max(1, piece - sum(cur))
             cur.append(k)
             pos, n = pos + k, n - k
@@ -123,21 +101,20 @@ def build_examples(lengths, max_len, seed):
 
 
 def _uniforms(rng, block=65536):
-    """An endless stream of U(0, 1) floats drawn in blocks: one numpy call per draw would cost
-    more than the rest of build_examples' loop."""
+    """Engineering: U(0, 1) floats drawn in blocks (one numpy call each would cost more than
+    the rest of build_examples' loop)."""
     while True:
         yield from rng.random(block).tolist()
 
 
 class PretrainingData:
-    """The examples of a prepared split ([CLS] A [SEP] B [SEP], padded to seq_len), in a
-    shuffled order that is a pure function of (seed, epoch), so the data position is just two
-    integers (epoch, batch) - saved in every checkpoint, which makes --resume exact."""
+    """The examples of a split, padded to seq_len, shuffled as a pure function of (seed,
+    epoch): the data position is two integers, saved in every checkpoint."""
 
     def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1,
                  arrays=None):
         """`arrays` (tokens, lengths, meta) in place of a prepared folder's files: the
-        benchmark's synthetic corpus (benchmarks/bench.py), cut into examples the same way."""
+        benchmark's synthetic corpus (benchmarks/bench.py)."""
         self.dir = Path(data_dir)
         if arrays is None:
             self.meta = load_meta(self.dir)
@@ -150,14 +127,13 @@ class PretrainingData:
             raise DataError(f"{self.dir}/{split}.bin holds {self.n_seqs} examples of up to "
                             f"{seq_len} tokens, fewer than one batch of {batch_size}: "
                             "prepare more text or lower --batch_size")
-        # With N processes (torchrun) each rank reads its own 1/N slice of every global batch.
+        # Engineering: with N processes (torchrun) each reads its own 1/N of every batch.
         self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
         self.local = batch_size // world
         self.cls, self.sep, self.pad = self.meta["cls_id"], self.meta["sep_id"], self.meta["pad_id"]
         self.epoch, self.batch = 0, 0
         self._order_epoch, self._order = None, None
-        # for assemble: the memmap as a plain ndarray (no memmap subclass per slice; pages are
-        # still read on demand) and the column numbers 0 .. seq_len - 1
+        # for assemble: the memmap as a plain ndarray, and the column numbers
         self._stream = self.tokens.view(np.ndarray)
         self._columns = np.arange(seq_len)[None, :]
 
@@ -175,23 +151,19 @@ class PretrainingData:
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
 
     def mask_generator(self):
-        """A torch RNG seeded by the data position, so masks differ every time a sequence is
-        seen (dynamic masking), yet a resumed run draws exactly the masks it would have."""
+        """A torch RNG seeded by the data position: fresh masks each time a sequence is seen,
+        and a resumed run draws exactly the masks it would have."""
         g = torch.Generator()
-        # (modulo 2**64, the seeds torch accepts: any --seed above ~18,000 would overflow it)
+        # (modulo 2**64, the seeds torch accepts)
         g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
                        + self.rank) % 2 ** 64)
         return g
 
     def next_batch(self):
-        """The next (B / world) examples as int64 tensors of shape (B / world, seq_len):
-        x ([CLS] A [SEP] B [SEP] [PAD]...), segment_ids (0 for [CLS] A [SEP], 1 for B [SEP]) and
-        pad_mask (True on real tokens); advances the position. The shape never changes, so a
-        GPU sees static shapes; padding is excluded by pad_mask from attention, masking and
-        L_Disc."""
+        """The next batch, int64 (B, seq_len): x, segment_ids (1 on B [SEP]) and pad_mask
+        (True on real tokens: padding stays out of attention, masking and L_Disc)."""
         if self._order_epoch != self.epoch:
-            # the epoch's order is a pure function of (seed, epoch): no state to save but two
-            # integers, and every process of a data-parallel run computes the same order
+            # the epoch's order, a pure function of (seed, epoch)
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
         first = self.batch * self.batch_size + self.rank * self.local   # this rank's slice
@@ -205,15 +177,13 @@ class PretrainingData:
 
 
     def assemble(self, rows):
-        """Examples (a_start, a_len, b_start, b_len) -> x = [CLS] A [SEP] B [SEP] [PAD]... and
-        segment_ids, as (rows, seq_len) int64 arrays. Always seq_len wide, padded: static shapes
-        (no recompilation on a GPU); pad_mask excludes the padding everywhere.
+        """Examples -> x = [CLS] A [SEP] B [SEP] [PAD]... and segment_ids, (rows, seq_len)
+        int64. Column j holds A's token $j − 1$ for $1 ≤ j ≤ a$ and B's token $j − 2 − a$ for
+        $2 + a ≤ j < 2 + a + b$: one gather fills both segments.
 
-        Whole-array numpy, no loop over rows: on a GPU the batch thread (Prefetcher) runs this
-        beside the thread that launches the step, and a Python loop would hold the GIL for
-        ~1.3 ms a batch of 128 x 128, which at 140 steps/s is a fifth of every step. Column j
-        of row r holds A's token j - 1 (1 <= j <= a), or B's token j - 2 - a (2 + a <= j <
-        2 + a + b): one gather from the token stream fills both segments."""
+        Engineering: whole-array numpy, no loop over rows: on a GPU the batch thread
+        (`Prefetcher`) runs this beside the one that launches the step, and a Python loop
+        would hold the GIL for a fifth of every step."""
         a0, a, b0, b = (rows[:, i:i + 1] for i in range(4))           # (rows, 1) each
         j = self._columns                                             # (1, seq_len)
         in_a = (j >= 1) & (j <= a)
@@ -231,8 +201,7 @@ class PretrainingData:
         return x, seg
 
 
-# Past this many passes over the same examples a run mostly learns them by heart: a budget that
-# needs more wants more text, not more steps.
+# Past this many passes over the same examples a run mostly learns them by heart.
 MAX_PASSES = 4
 MORE_TEXT = "python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki"
 
@@ -250,10 +219,8 @@ def repetition_warning(steps, data):
 
 
 def synthetic_arrays(vocab_size, n_tokens, seed=0):
-    """A stand-in for a prepared split, for benchmarks/bench.py without --data: random ids
-    below the specials, in sentences of 4-40 tokens and documents of 1-20 sentences (so
-    examples have two segments, and padding where a document ends early, as real text gives),
-    and a meta with the specials last, as machinery/tokenizer.py puts them."""
+    """Engineering: random ids in sentences and documents, a stand-in corpus for
+    benchmarks/bench.py without --data."""
     rng = np.random.default_rng(seed)
     lengths, total = [], 0
     while total < n_tokens:
@@ -268,10 +235,9 @@ def synthetic_arrays(vocab_size, n_tokens, seed=0):
 
 
 class Prefetcher:
-    """Prepares batches in a background thread while the GPU computes (reading the memmap,
-    masking, copying into pinned memory cost CPU time that would otherwise stall the GPU).
-    Each item is (batch, data position after it): the trainer checkpoints the position of the
-    last batch it *used*, not of the ones waiting in the queue, so --resume stays exact."""
+    """Engineering: prepares batches in a background thread while the GPU computes (reading,
+    masking and copying into pinned memory would otherwise stall it). Each item is (batch,
+    data position after it): the trainer checkpoints the position of the last batch it used."""
 
     def __init__(self, make_batch, depth=4):
         self.make_batch, self.queue = make_batch, queue.Queue(maxsize=depth)

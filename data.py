@@ -1,21 +1,21 @@
-"""Data, prepared once: corpus -> tokenizer -> token memmap with sentence boundaries.
+"""Data, prepared once: corpus -> tokenizer -> a stream of token ids with sentence boundaries.
 
-Paper §2 and Appendix A. The ELECTRA input pipeline is BERT's, minus next-sentence prediction,
-as the official build_pretraining_dataset.py builds it. This file is its first half, run once
-per corpus: text is read document by document, a byte-level BPE is trained on a sample of it,
-and every document is tokenized into one long stream of token ids (a uint16 memmap, as in
-nanoGPT) together with the length of every sentence and the end of every document. Those
-boundaries are what batches.py needs to build two-segment examples that never cross a document.
-The second half - examples, batches and dynamic masking during training - is batches.py.
+The paper pre-trains on BERT's data, Wikipedia and BooksCorpus (§3.1). The official code
+tokenizes it with BERT's WordPiece vocabulary (model/tokenization.py). This code trains a
+byte-level BPE on your own corpus instead (machinery/tokenizer.py; 30,522 entries by default,
+BERT's size), so any text can be prepared offline, and keeps every sentence's length and
+every document's end, where batches.py cuts examples.
 
-Command line (prepare a corpus once):
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
-    python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki    # pip install datasets
-writes data/NAME/{train.bin, train.sent.bin, val.bin, val.sent.bin, tokenizer.tiktoken, meta.json}.
-Documents are tokenized by one process per core (--workers), a chunk at a time, and written as
-they come back, so a corpus of any size streams through in memory of a few MB per worker
-(machinery/tokenize_corpus.py: sentences, tokens, worker processes); --hf reads a Hugging
-Face dataset (machinery/hf_data.py).
+    python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki
+
+(the second needs `pip install datasets`) write data/NAME/: train.bin and val.bin (uint16 token
+ids, as nanoGPT), train.sent.bin and val.sent.bin (sentence lengths), tokenizer.tiktoken and
+meta.json.
+
+Engineering: one worker process per core tokenizes a chunk of documents at a time, written as it
+comes back, so any corpus streams through in a few MB per worker
+(machinery/tokenize_corpus.py; --hf: machinery/hf_data.py).
 """
 import gzip
 import io
@@ -142,8 +142,7 @@ def read_documents(path, raw=None):
 
 def corpus_documents(files):
     """The documents of all files in order, and a function that says which fraction of the
-    files' bytes has been read so far (compressed bytes for .xz/.gz: the ETA needs no total
-    of the text, which only reading it all would give)."""
+    files' bytes has been read so far (for the ETA)."""
     sizes, state = [f.stat().st_size for f in files], {"done": 0, "raw": None}
 
     def documents():
@@ -160,10 +159,9 @@ def corpus_documents(files):
 
 
 def demo_documents(max_mb=20):
-    """The built-in demo corpus: documentation that exists wherever the requirements are
-    installed - the Python language reference (pydoc_data) and the docstrings of the standard
-    library and the installed packages. Small and odd English, but enough to watch ELECTRA
-    learn offline; prepare a real corpus with data.py for real results."""
+    """The built-in demo corpus: the Python language reference (pydoc_data) and the
+    docstrings of the standard library and installed packages, there wherever the requirements
+    are. Odd English, but enough to watch ELECTRA learn offline."""
     budget = max_mb * 1_000_000
     try:
         from pydoc_data.topics import topics
@@ -198,15 +196,10 @@ def demo_documents(max_mb=20):
 
 def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, workers=None,
             max_tokens=None, fraction=None, source="", log=print, live=False):
-    """Tokenize `documents` (an iterable of str, read once) into out_dir atomically.
-
-    The BPE is trained on the first `bpe_mb` MB of documents (a sample is enough: merge ranks
-    learned on 20 MB of English barely change with more). Every `val_every`-th document goes
-    to val.bin. Documents are tokenized by `workers` processes, a chunk at a time, and written
-    as they come back, so memory stays small whatever the corpus; `max_tokens` stops after the
-    document that reaches it. `fraction()`, if given, says how much of the input has been read
-    (for the ETA). Everything is written into a temporary folder renamed into place at the end,
-    so an interrupted preparation leaves nothing half-written."""
+    """Tokenize `documents` (an iterable of str, read once) into out_dir: a BPE trained on
+    the first `bpe_mb` MB (merges barely change with more), every `val_every`-th document to
+    val.bin, stopping after `max_tokens`. Written into a temporary folder renamed into place:
+    an interrupted preparation leaves nothing half-written."""
     out_dir = Path(out_dir)
     check_out_dir(out_dir)              # before any work: an earlier preparation is replaced
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -228,8 +221,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                 break
         if not sample:
             raise DataError("the corpus holds no text")
-        # More than a chunk of text (or more to come after the sample): worker processes pay
-        # off, and they start up while the BPE trains.
+        # Engineering: with more than a chunk of text, worker processes pay off; they start
+        # while the BPE trains.
         more = size > tokenize_corpus.CHUNK_CHARS or size >= bpe_mb * 1_000_000
         pool = start_workers(workers) if workers > 1 and more else None
         t0 = time.time()
@@ -239,9 +232,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
         log(f"BPE trained in {time.time() - t0:.0f}s: vocabulary {tok.vocab_size}")
         assert tok.vocab_size <= 65536, "uint16 memmaps need a vocabulary below 65536"
 
-        # Each split is a token stream (split.bin, uint16) plus the token count of every
-        # sentence in it, 0 after each document (split.sent.bin, uint32): build_examples cuts
-        # two-segment examples at those boundaries when training starts.
+        # Each split: a token stream (split.bin, uint16) and the token count of every sentence,
+        # 0 after each document (split.sent.bin, uint32), where build_examples cuts.
         counts = {"train": 0, "val": 0}
         files = {s: open(tmp / f"{s}.bin", "wb") for s in counts}
         sent_files = {s: open(tmp / f"{s}.sent.bin", "wb") for s in counts}
@@ -285,8 +277,7 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                     train_tokens=counts["train"], val_tokens=counts["val"], documents=n_docs,
                     sentences=n_sents, source=source)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        # An earlier preparation of the same name is moved aside, and deleted only once the new
-        # one is in place: whatever interrupts this, one whole preparation stays at out_dir.
+        # An earlier preparation of the same name goes only once the new one is in place.
         old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
         if out_dir.exists():
             os.replace(out_dir, old)
@@ -300,9 +291,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
 
 
 def check_out_dir(out_dir):
-    """prepare() replaces out_dir, so out_dir must be an earlier preparation, an empty folder
-    or nothing yet. `--name ..`, or a name that happens to be one of the user's own folders,
-    must never cost a single file."""
+    """prepare() replaces out_dir, so it must be an earlier preparation, an empty folder or
+    nothing yet: a --name that happens to be one of the user's folders costs no file."""
     if out_dir.name in ("", ".", "..") or out_dir.resolve() == Path(__file__).resolve().parent:
         raise DataError(f"{out_dir}: not a folder for prepared data: give a --name such as wiki00")
     if out_dir.exists() and not out_dir.is_dir():
@@ -314,8 +304,7 @@ def check_out_dir(out_dir):
 
 def _remove_abandoned(out_dir):
     """Remove the temporary folders of earlier preparations of out_dir whose process is gone
-    (killed, or a power cut): gigabytes of tokens must not stay hidden on the disk. Only where
-    a process can be asked whether it is alive without harm (POSIX; on Windows os.kill ends it)."""
+    (killed, a power cut), on POSIX (on Windows os.kill would end a live one)."""
     if os.name != "posix" or not out_dir.parent.is_dir():
         return
     for folder in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):

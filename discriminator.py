@@ -1,22 +1,16 @@
 """The discriminator D: the ELECTRA model we keep (paper §2, Figure 2).
 
-For every position t of x_corrupt, D predicts whether the token is the original ("real") or a
-generator sample ("replaced"):
+For every position t of x_corrupt, D says whether the token is the original ("real") or a
+sample of G ("replaced"). The paper says (§2):
 
-    D(x, t) = sigmoid(w^T h_D(x)_t)                      (the probability that x_t is real)
-    L_Disc(x, θ_D) = E[ sum_{t=1..n} -1(x_corrupt_t = x_t) log D(x_corrupt, t)
-                                     -1(x_corrupt_t != x_t) log(1 - D(x_corrupt, t)) ]
+$$ D(x, t) = sigmoid(w^T h_D(x)_t) $$
 
-Like the official code, our head's logit scores "replaced" rather than "real", so
-D(x, t) = 1 - sigmoid(logit_t) and L_Disc is the binary cross-entropy of the logits against
-is_replaced. It is the same classifier with the sign of w flipped.
-
-The point of the whole paper is in that sum: it runs over *all* n input tokens, not just the
-~15 % that were masked, so D learns from every position of every sequence (§3.5 shows that
-this, more than anything else, is where ELECTRA's efficiency comes from).
-
-After pre-training the generator is thrown away and D is fine-tuned (finetune_glue.py).
-L_Disc itself is part of the algorithm, in objectives.py.
+the probability that $x_t$ is real, trained on L_Disc over *all* n tokens, not only the 15 %
+that were masked: the paper's point (§3.5). The official code (run_pretraining.py,
+`_get_discriminator_output`) puts a dense layer with GELU before w, and its logit scores
+"replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the same classifier with w's sign flipped. This
+code does both, as the official code. After pre-training G is thrown away and D is fine-tuned
+(finetune_glue.py).
 """
 import torch.nn as nn
 import torch.nn.functional as F
@@ -26,7 +20,7 @@ from encoder import Embeddings, Encoder, EncoderConfig
 
 class Discriminator(nn.Module):
     """ELECTRA-Small's D: 12 layers, hidden 256, 4 heads, FFN 1024 (Table 6), on the shared
-    embeddings, with the official per-token head dense(256) -> GELU -> dense(1)."""
+    embeddings, with the official code's head per token: dense(256), GELU, dense(1)."""
 
     def __init__(self, cfg: EncoderConfig, embeddings: Embeddings):
         super().__init__()

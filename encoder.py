@@ -1,21 +1,12 @@
-"""The Transformer encoder shared in design by the generator G and the discriminator D.
+"""The Transformer encoder that G and D are both built from (paper §2, §3.2, §3.3).
 
-Paper §2: "Each one primarily consists of an encoder (e.g., a Transformer network) that maps a
-sequence on input tokens x = [x1, ..., xn] into a sequence of contextualized vector
-representations h(x) = [h1, ..., hn]."  Both G and D are BERT-style encoders (Devlin et al.,
-2019): post-LayerNorm blocks of multi-head self-attention and a GELU feed-forward network.
-
-§3.2 "Weight Sharing": G and D share their *embeddings* (token and positional; we also share
-the segment/token-type embeddings and the embedding LayerNorm, as the official code does).
-Because G is smaller than D, the embeddings have their own size (128 for ELECTRA-Small,
-Table 6) and each network projects them to its hidden size (footnote 4: "We add linear layers
-to the generator to project the embeddings into generator-hidden-sized representations").
-
-This file holds the pieces both networks are built from:
-  Embeddings     - e(x): token + position + segment embeddings, LayerNorm, dropout (shared)
-  Encoder        - projection 128 -> hidden, then L Transformer blocks:  h(x)
-  MLMHead        - dense -> GELU -> LayerNorm -> logits through the tied token embeddings,
-                   the softmax of p_G(x_t | x) in §2 (also BERT-Small's head)
+The paper says (§2) each network "primarily consists of an encoder (e.g., a Transformer
+network)": here BERT's, post-LayerNorm blocks of self-attention and a GELU feed-forward
+network. G and D share their embeddings (§3.2: token and position; this code, as the official
+code, also the segment embeddings and their LayerNorm). §3.2 makes them the size of D's
+hidden states, with linear layers projecting them to G's width (footnote 4); §3.3 makes
+ELECTRA-Small's smaller still, 128, so D projects them too. Pieces: `Embeddings`, `Encoder`
+(projection and blocks) and `MLMHead` (the softmax of $p_G$).
 """
 from dataclasses import dataclass
 
@@ -35,13 +26,9 @@ class EncoderConfig:
 
 
 def init_weights(module):
-    """BERT's initialisation: N(0, 0.02) weights (the official code truncates at 2 std), zero
-    biases, LayerNorm at identity. Small weights keep the residual stream stable at the start.
-
-    Exception, as in the official code: the layers it builds with a bare tf.layers.dense (no
-    initializer given) get TensorFlow's default, Glorot (Xavier) uniform, U(±√(6/(in+out))).
-    Those are the embedding projection, D's output layer and the GLUE head; their modules are
-    marked `glorot = True` where they are built."""
+    """The official code's initialisation (model/modeling.py; the paper gives none):
+    N(0, 0.02) truncated at 2 std, zero biases, LayerNorm at identity; TensorFlow's default,
+    Glorot uniform, where it builds a bare tf.layers.dense (modules marked `glorot = True`)."""
     if isinstance(module, nn.Linear) and getattr(module, "glorot", False):
         nn.init.xavier_uniform_(module.weight)
         nn.init.zeros_(module.bias)
@@ -55,11 +42,9 @@ def init_weights(module):
 
 
 class Embeddings(nn.Module):
-    """e(x): the one set of embedding parameters that G and D share (§3.2).
-
-    The generator's softmax re-uses `token.weight` as its output matrix ("the 'input' and
-    'output' token embeddings of the generator are always tied as in BERT"), so every MLM step
-    updates *all* token embeddings densely - the paper's explanation of why sharing helps D."""
+    """e(x), shared by G and D (§3.2). G's softmax re-uses `token.weight` ("always tied as in
+    BERT"), so each MLM step updates every token embedding, where D updates only those in its
+    input: the paper's reason (§3.2) why sharing them helps."""
 
     def __init__(self, vocab_size, emb_size=128, max_len=512, n_segments=2, dropout=0.1):
         super().__init__()
@@ -74,14 +59,14 @@ class Embeddings(nn.Module):
         e = self.token(x) + self.position.weight[:T]          # (B, T, E) + (T, E) broadcast
         if segment_ids is not None:
             e = e + self.segment(segment_ids)
-        else:  # pre-training inputs are one segment: add segment 0 without building a tensor
+        else:  # no segment ids: segment 0 for every token
             e = e + self.segment.weight[0]
         return self.drop(self.norm(e))
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention. One fused q/k/v projection; the attention itself is PyTorch's
-    scaled_dot_product_attention, which picks a fused (flash / memory-efficient) kernel on GPU."""
+    """Multi-head self-attention, with one projection for q, k and v and PyTorch's
+    scaled_dot_product_attention."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -93,8 +78,8 @@ class SelfAttention(nn.Module):
     def forward(self, h, attn_mask=None):
         """h (B, T, hidden) -> (B, T, hidden). attn_mask (B, 1, 1, T) bool, True where a key may
         be attended to (padding may not), or None. qkv(h) holds q, k and v in that order, and
-        head j uses columns j d to (j + 1) d of each. Each head computes
-        softmax(q k^T / sqrt(d)) v over its d = hidden / heads dimensions, with dropout
+        head j uses columns $j d$ to $(j + 1) d$ of each. Each head computes
+        $softmax(q k^T / √d) v$ over its $d = hidden / heads$ dimensions, with dropout
         self.dropout on the probabilities in training (none in eval); the heads' outputs are
         concatenated and projected by `out`."""
         # BEGIN ASSIGNMENT attention
@@ -108,8 +93,8 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """A post-LayerNorm Transformer block, as in BERT and ELECTRA:
-    h = LN(h + Attn(h));  h = LN(h + FFN(h))."""
+    """A post-LayerNorm Transformer block, as in BERT and the official ELECTRA:
+    $h ← LN(h + Attn(h))$, then $h ← LN(h + FFN(h))$."""
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -126,15 +111,14 @@ class Block(nn.Module):
 
 
 def attention_mask(pad_mask):
-    """(B, T) bool "is a real token" -> the (B, 1, 1, T) boolean mask SDPA expects (True = may
-    attend). None when there is no padding: SDPA is fastest without a mask, and packed
-    pre-training sequences never have padding."""
+    """(B, T) bool "is a real token" -> the (B, 1, 1, T) mask scaled_dot_product_attention
+    expects (True: may attend); None without padding."""
     return None if pad_mask is None else pad_mask[:, None, None, :]
 
 
 class Encoder(nn.Module):
-    """h(x): projection from the (shared) embedding size to this network's hidden size, then the
-    stack of blocks. The projection is per network (footnote 4), the embeddings are not."""
+    """h(x): the projection from the shared embedding size to this network's hidden size
+    (footnote 4; each network has its own), then the stack of blocks."""
 
     def __init__(self, cfg: EncoderConfig, emb_size: int):
         super().__init__()
@@ -150,13 +134,9 @@ class Encoder(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """The masked-LM output layer, p_G(x_t | x) = softmax(e(x_t)^T h_G(x)_t) of §2, as BERT builds
-    it: dense(hidden -> E) -> GELU -> LayerNorm, then a dot product with every token embedding
-    (the tied matrix) plus an output bias.
-
-    It is only ever applied to the gathered masked positions (B, K, hidden), never to all T
-    positions: the vocabulary projection is the most expensive matmul of the generator, and only
-    ~15 % of positions have a target."""
+    """The masked-LM output layer, the softmax of $p_G$, as BERT and the official code build
+    it: dense, GELU, LayerNorm, then a product with every token embedding plus a bias. Applied
+    at the K masked slots only, the only ones with a target."""
 
     def __init__(self, hidden: int, emb_size: int, vocab_size: int):
         super().__init__()
@@ -165,7 +145,7 @@ class MLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def transform(self, h):
-        """z = LayerNorm(GELU(dense(h))): the vector whose dot product with e(x) scores x."""
+        """$z = LN(GELU(dense(h)))$: the vector whose product with e(x) scores x."""
         return self.norm(F.gelu(self.dense(h)))
 
     def forward(self, h, token_embedding: torch.Tensor):

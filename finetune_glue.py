@@ -1,25 +1,20 @@
 """Fine-tune a pre-trained discriminator on GLUE: the paper's evaluation (§3.1, Appendix B, C).
 
+The paper says (§2) "we throw out the generator and only fine-tune the discriminator", with
+"simple linear classifiers on top" (§3.1). This code keeps D's embeddings and encoder, puts
+one linear layer on the [CLS] vector and trains everything with Table 7's Small column: lr
+3e-4, layer-wise decay 0.8, Adam (β 0.9, 0.999, ε 1e-6), weight decay 0, 10 % warm-up then
+linear decay, batch 32, dropout 0.1, 3 epochs (10 for RTE and STS-B), the median of 10 seeds
+(`--seeds 10`). From the official code, not the paper: Adam without bias correction
+(optim.py) and the layer-decay exponents (`layerwise_param_groups`); its weight decay, 0.01
+(configure_finetuning.py), is not taken: Table 7 says 0.
+
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir ../shared/data/glue
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
-    python finetune_glue.py --download glue            # fetch GLUE (needs the internet)
 
-After pre-training the generator is thrown away (§2: "we throw out the generator and only
-fine-tune the discriminator"). We keep D's embeddings and encoder (BERT's, for --model bert),
-put one linear layer on the [CLS] vector, and train everything on each task with Table 7's
-hyperparameters - the same for every task except the number of epochs:
-    lr 3e-4 (Small), layer-wise LR decay 0.8, Adam (β 0.9/0.999, ε 1e-6, no weight decay)
-    without bias correction (optim.py) and the official layer-decay exponents,
-    linear decay with 10 % warm-up, batch 32, dropout 0.1, 3 epochs (10 for RTE and STS-B).
-The paper reports the median over 10 fine-tuning seeds of the dev score (--seeds 10).
-Readers, metrics and the input format live in glue.py.
-
-Speed: batches group examples of similar length and are padded only to their longest one
-(RTE: 2 % padding instead of 80 % for random batches); bf16 autocast on GPUs and on CPUs
-with native bf16 (AVX512-BF16/AMX: ~3-4x faster matmuls). On a 2-core AVX512-BF16 CPU, RTE's
-10 epochs with the Table 6 model ran at 60-70 examples/s (~7 min) while the cores were free,
-and took 10.7 min with --threads 1 on the same machine shared with other jobs: there, use
---threads 1, as PyTorch's threads otherwise wait for each other at every op.
+Engineering: batches group examples of similar length and are padded to their longest only
+(RTE: 2 % padding instead of 80 %); bf16 autocast where the hardware has it. On a 2-core CPU
+shared with other jobs use --threads 1: PyTorch's threads otherwise wait for each other.
 """
 import json
 import math
@@ -44,11 +39,12 @@ from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, 
 from optim import make_adam
 from machinery.tokenizer import Tokenizer
 
-# Table 7 (the "Small" column), in one place.
+# Table 7 (the "Small" column), in one place; the optimizer and the layer-decay rule are the
+# official code's.
 HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
                weight_decay=0.0, warmup_frac=0.1, batch_size=32, dropout=0.1, max_len=128,
                grad_clip=1.0,          # global-norm clipping at 1.0, as the official optimizer
-               optimizer="official",   # Adam without bias correction (optim.py), as the paper
+               optimizer="official",   # Adam without bias correction, as the official code
                decay_rule="official")  # layer-wise exponents of the official code (see below)
 STSB_MAX = 5.0                          # STS-B scores lie in [0, 5]
 
@@ -56,9 +52,9 @@ STSB_MAX = 5.0                          # STS-B scores lie in [0, 5]
 # ----------------------------------------------------------------------------- the model
 
 class Classifier(nn.Module):
-    """D's embeddings and encoder, then dropout -> one linear layer on h(x)_[CLS]. This is the
-    official ELECTRA head (no extra dense + tanh "pooler" as in BERT or Hugging Face's
-    two-layer ELECTRA head). n_out: the number of classes, or 1 for STS-B's regression."""
+    """D's embeddings and encoder, then dropout and one linear layer on the [CLS] vector: the
+    official code's head (classification_tasks.py), without BERT's dense + tanh "pooler".
+    n_out: the number of classes, or 1 for STS-B's regression."""
 
     def __init__(self, vocab_size, emb_size, max_len, enc: EncoderConfig, n_out, dropout=0.1):
         super().__init__()
@@ -66,9 +62,8 @@ class Classifier(nn.Module):
         self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(enc.hidden, n_out)
-        # The official head is a bare tf.layers.dense, so TensorFlow's default initialiser:
-        # Glorot (Xavier) uniform, not BERT's N(0, 0.02); with 2 outputs and hidden 256 its
-        # weights are ~4x larger, so the first logits already vary across inputs.
+        # The official head is a bare tf.layers.dense: TensorFlow's default initialiser,
+        # Glorot uniform (~4x larger weights than N(0, 0.02) here).
         self.head.glorot = True
         init_weights(self.head)
 
@@ -118,17 +113,16 @@ def build_classifier(state, shapes, n_out, dropout):
 
 
 def layerwise_param_groups(model, lr, decay, rule="official"):
-    """Layer-wise learning-rate decay (Table 7: 0.8 for Small): lower layers, which hold more
-    general features, move less. Every parameter gets a depth, and its learning rate is
-    lr * decay^(L + 2 - depth) for L blocks.
+    """Layer-wise learning-rate decay (Table 7: 0.8 for Small): lower layers move less. A
+    parameter at depth d gets $η ⋅ decay^{L + 2 − d}$ for L blocks.
 
-    rule "official" (default) - the depths of the official code (electra/model/optimization.py,
-    _get_layer_lrs), which produced the paper's numbers and which the PyTorch reproduction that
-    matched them (richarddwang/electra_pytorch) kept: the head at L + 2 (lr), block i at i + 1
-    (so the top block, i = L - 1, gets lr * 0.8^2 = 0.64 lr), the embeddings and their
-    projection at 0 (lr * 0.8^(L+2), 0.055 lr for L = 12). The depth L + 1 is never used.
-    rule "stated" - the rule as usually described, one factor per layer below the head: the top
-    block at 0.8 lr, block i at lr * 0.8^(L - i), the embeddings at lr * 0.8^(L + 1)."""
+    rule "official" (default): the depths of the official code (model/optimization.py,
+    `_get_layer_lrs`), which produced the paper's numbers: the head at $L + 2$, block i at
+    $i + 1$ (so the top block gets $0.8^2 = 0.64$ of η), the embeddings and their projection at
+    0 ($0.8^{14} ≈ 0.055$ of η for $L = 12$); no parameter sits at $L + 1$.
+    rule "stated": one factor per layer below the head, the rule as usually described: the
+    top block at 0.8 η, block i at $η ⋅ 0.8^{L − i}$, the embeddings at
+    $η ⋅ 0.8^{L + 1}$."""
     if rule not in ("official", "stated"):
         raise ValueError(f"unknown layer-decay rule {rule!r}: use 'official' or 'stated'")
     L = len(model.encoder.blocks)
@@ -151,17 +145,16 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
 
 
 def lr_multiplier(step, total, warmup):
-    """Linear warm-up over the first 10 % of updates, times a linear decay to 0 (as the
-    official code: lr * min(1, step / warmup) * (1 - step / total)); step counts from 1."""
+    """Linear warm-up over the first 10 % of updates, times a linear decay to 0, as the
+    official code; step counts from 1."""
     return min(1.0, step / max(1, warmup)) * max(0.0, 1.0 - (step - 1) / total)
 
 
 # ----------------------------------------------------------------------------- batches
 
 def length_batches(lengths, batch_size, rng, window=50):
-    """Shuffled batches of similar length. Shuffle everything, sort each window of 50
-    batches' worth by length, cut it into batches, then shuffle the batches: each batch is
-    padded to its own longest sequence only, yet epochs still see a random order."""
+    """Engineering: shuffled batches of similar length: shuffle, sort each window of 50
+    batches by length, cut, shuffle the batches. Each is padded to its own longest only."""
     idx = rng.permutation(len(lengths))
     batches = []
     for s in range(0, len(idx), batch_size * window):
@@ -200,7 +193,7 @@ def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128)
 
 def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print):
     """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
-    end of training (the paper reports the final model, with no early stopping)."""
+    end of training, as the official code evaluates (no early stopping)."""
     t0 = time.time()
     state, shapes, tok, _ = pre
     task = TASKS[name]
@@ -216,9 +209,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
-    # STS-B: the official code regresses label / 5 (its "simple normalization of the label"),
-    # so the targets lie in [0, 1] like the initial outputs; Spearman and Pearson correlations
-    # do not change when the predictions are scaled, so nothing else needs to know.
+    # STS-B: the official code regresses label / 5, in [0, 1] like the first outputs; the
+    # correlations do not change when the predictions are scaled.
     labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
     for epoch in range(1, epochs + 1):
         model.train()
@@ -284,7 +276,8 @@ def parse_args(argv=None):
                    help="override Table 7's 3e-4 (the paper searched 1e-4, 2e-4, 3e-4, 5e-4 "
                    "for Small)")
     p.add_argument("--optimizer", choices=["official", "torch"], default="official",
-                   help="official: Adam without bias correction, as the paper; torch: AdamW")
+                   help="official: Adam without bias correction, as the official code; "
+                        "torch: AdamW")
     p.add_argument("--layer_decay_rule", choices=["official", "stated"], default="official",
                    help="official: the official code's exponents (top block 0.64 lr); "
                         "stated: top block 0.8 lr (layerwise_param_groups explains)")
@@ -351,8 +344,8 @@ def run(args):
     pre = load_pretrained(args.ckpt)
     path = Path(args.out) if args.out else \
         Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
-    # Find out now, not after hours of fine-tuning, and create nothing yet (a run that fails
-    # leaves no folder behind): the nearest existing folder above the results must be writable.
+    # Find out now, not after hours of fine-tuning, and create nothing yet: the nearest
+    # existing folder above the results must be writable.
     above = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not (above.is_dir() and os.access(above, os.W_OK)):
         raise GlueError(f"{path.parent}: cannot write the results there")

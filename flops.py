@@ -1,19 +1,15 @@
 """Counting FLOPs the way the paper does (Appendix E), and MFU.
 
-The paper compares methods by pre-training compute, not steps (Figure 1, Table 1, Figure 3
-right), because ELECTRA's step costs more than BERT's: it runs a generator as well. Appendix E's
-rules, which we follow term by term:
-  * a matrix multiply of an m-vector by an m x n matrix is 2*m*n FLOPs (multiply + add);
-  * elementwise ops count by their mathematical operations: we use the official script's
-    per-element costs below for LayerNorm, GELU, softmax and dropout;
-  * the backward pass costs the same as the forward pass, so training = 2 x forward;
-  * embedding lookups are "dense": a one-hot vector times the table, 2*E*V per token. This is
-    a large share of ELECTRA-Small's count (about 40 %) although a real lookup is nearly free.
-    We use the paper's count for every compute axis (it is what the paper's numbers mean), and
-    hardware_flops_per_step (without the lookups) for MFU, which would otherwise overstate
-    what the chip really does.
-Result for Table 6 (checked in tests): 1M steps of ELECTRA-Small = 1.29e18 FLOPs (the paper
-rounds to 1.4e18), one 128-token forward pass of D = 3.7e9.
+The paper compares methods by pre-training compute, not steps (Figure 1, Table 1), as
+ELECTRA's step also runs G. Its rules (Appendix E), followed here with the per-element costs
+of the official flops_computation.py: a vector of m times an $m × n$ matrix is $2 m n$; an
+elementwise op counts its operations; backward costs as much as forward; a lookup is a
+one-hot vector times the table ($2 E V$ per token: 40 % of ELECTRA-Small's count).
+
+This code counts 1.292e18 FLOPs for ELECTRA-Small's 1M steps and 1.417e18 for BERT-Small's
+1.45M; the official flops_computation.py gives 1.294e18 and 1.419e18 (it counts the MLM
+softmax at 20 of 128 positions, this code at its 19 slots), and Table 1 prints 1.4e18 for
+both. One 128-token forward pass of D: 3.68e9 (Table 1: 3.7e9).
 """
 import time
 
@@ -32,10 +28,10 @@ def embedding_flops(vocab, emb, hidden, seq):
 
 
 def block_flops(hidden, heads, ffn, seq):
-    """One post-LN Transformer block's exact FLOPs per token (it attends over `seq` positions),
-    by Appendix E's rules: a matmul of an m-vector by an m x n matrix is 2mn, a bias n, an
+    """One post-LN Transformer block's FLOPs per token (it attends over `seq` positions), by
+    Appendix E's rules: a vector of m times an $m × n$ matrix is $2 m n$, a bias n, an
     elementwise op its constant per element. Counted: q, k, v with biases; the scores; softmax,
-    dropout and the 1/sqrt(d) scale per head; the weighted sum of v; the output projection with
+    dropout and the $1 / √d$ scale per head; the weighted sum of v; the output projection with
     bias; the FFN's two matmuls with biases and GELU; dropout, residual and LayerNorm after
     attention and after the FFN."""
     # BEGIN ASSIGNMENT flops
@@ -53,13 +49,13 @@ def block_flops(hidden, heads, ffn, seq):
 
 
 def mlm_head_flops(vocab, emb, hidden):
-    """The MLM output layer for one predicted token: dense -> GELU -> LN -> tied softmax."""
+    """The MLM output layer for one predicted token: dense, GELU, LayerNorm, tied softmax."""
     return (2 * hidden * emb + emb + GELU * emb + LAYER_NORM * emb
             + 2 * emb * vocab + vocab + SOFTMAX * vocab + 2 * vocab)
 
 
 def disc_head_flops(hidden):
-    """D's per-token head: dense(hidden) -> GELU -> dense(1)."""
+    """D's per-token head: dense(hidden), GELU, dense(1)."""
     return 2 * hidden * hidden + hidden + GELU * hidden + 2 * hidden + 1
 
 
@@ -77,18 +73,16 @@ def discriminator_forward_flops(cfg):
 
 
 def mlm_forward_flops(enc, cfg):
-    """A masked LM (ELECTRA's generator, or BERT) over one sequence; the vocabulary softmax only
-    at the K mask slots, which is what we compute."""
+    """A masked LM (G, or BERT) over one sequence; the vocabulary softmax only at the K mask
+    slots, which is what this code computes."""
     return encoder_forward_flops(enc, cfg.vocab_size, cfg.emb_size, cfg.seq_len) + \
         cfg.n_slots * mlm_head_flops(cfg.vocab_size, cfg.emb_size, enc.hidden)
 
 
 def forward_flops(cfg):
-    """One forward pass over one sequence of whatever the config trains.
-
-    BERT-Small is an MLM at D's size. ELECTRA runs G (none for the unigram generator, which only
-    samples from token counts) and D. The §3.5 ablations swap D's head: Replace MLM predicts the
-    K masked tokens, All-Tokens MLM predicts every token and adds a copy gate."""
+    """One forward pass over one sequence of whatever the config trains: BERT-Small, an MLM at
+    D's size; ELECTRA, G (none for the unigram generator) and D; the §3.5 ablations, D with
+    another head."""
     if cfg.model == "bert":
         return mlm_forward_flops(cfg.disc, cfg)
     gen = 0 if cfg.generator == "unigram" else mlm_forward_flops(cfg.gen, cfg)
@@ -105,9 +99,8 @@ def forward_flops(cfg):
 
 
 def train_flops_per_step(cfg, stage=None):
-    """FLOPs of one optimizer step on a batch: 2 x forward (Appendix E: backward = forward).
-    Two-stage training (§3.2) trains G alone in stage 1, and in stage 2 runs the frozen G
-    forward only while D trains."""
+    """FLOPs of one optimizer step on a batch: twice the forward pass (Appendix E). Two-stage
+    training (§3.2) trains G alone in stage 1, and in stage 2 runs the frozen G forward only."""
     if stage == 1:
         return 2 * mlm_forward_flops(cfg.gen, cfg) * cfg.batch_size
     if stage == 2:
@@ -117,10 +110,9 @@ def train_flops_per_step(cfg, stage=None):
 
 
 def hardware_flops_per_step(cfg, stage=None):
-    """The same count without the "dense" embedding lookups: what the hardware really
-    multiplies. MFU uses this, since a real lookup costs almost nothing; with the paper's count
-    a small model's "MFU" can exceed 100 %. (Lookups of a forward and a backward pass: 2 per
-    network trained, 1 for a frozen or absent one.)"""
+    """Engineering: the same count without the "dense" embedding lookups, what the hardware
+    really multiplies, for MFU (with the paper's count a small model's "MFU" can exceed 100 %).
+    Lookups: 2 per network trained (forward and backward), 1 for a frozen one."""
     lookup = 2 * cfg.emb_size * (cfg.vocab_size + cfg.seq_len + 2) * cfg.seq_len * cfg.batch_size
     if cfg.model == "bert" or stage == 1:
         passes = 2
@@ -133,16 +125,15 @@ def hardware_flops_per_step(cfg, stage=None):
 
 # ----------------------------------------------------------------------------- MFU
 
-# Dense bf16 tensor-core peaks (fp16 for the V100), FLOP/s, from the vendors' data sheets.
+# Engineering: dense bf16 tensor-core peaks (fp16 for the V100), FLOP/s, from data sheets.
 GPU_PEAK = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "GH200": 989e12,
             "A100": 312e12, "A10G": 70e12, "A10": 125e12, "L4": 121e12, "L40S": 362e12,
             "V100": 125e12, "T4": 65e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 
 
 def peak_flops(device):
-    """(peak FLOP/s, how we know it) for MFU. GPUs: their data-sheet bf16 peak. A CPU has no
-    such number we can trust, so we measure it: the best of a few matmuls in the precision
-    training uses there (bf16 on CPUs with native bf16, else float32)."""
+    """Engineering: (peak FLOP/s, how it is known) for MFU: a GPU's data-sheet bf16 peak; on a
+    CPU, measured: the best of a few matmuls in the precision training uses there."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)

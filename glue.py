@@ -1,18 +1,10 @@
 """GLUE: the eight tasks of the paper's evaluation (§3.1, Appendix C), their readers and metrics.
 
-The files are the standard GLUE layout that the classic download script writes:
-    GLUE_DIR/{CoLA,SST-2,MRPC,STS-B,QQP,MNLI,QNLI,RTE}/{train,dev}.tsv
-(MNLI has dev_matched.tsv and dev_mismatched.tsv instead of dev.tsv.) WNLI is left out, as in
-the paper ("Following BERT, we do not show results on the WNLI GLUE task", Appendix B).
-
-Reading rule: every file is split on tabs with *no* quote handling. The texts contain quote
-characters (an RTE training row starts with one); a CSV reader with default quoting would treat
-it as the start of a quoted field and silently swallow the following rows into one.
-
-Metrics, as the paper reports them (§3.1): Matthews correlation for CoLA, Spearman correlation
-for STS-B, accuracy for the rest (MNLI: matched accuracy; we also give mismatched accuracy, and
-F1 for MRPC / QQP, Pearson for STS-B). They are written with numpy alone, so the project needs
-neither scipy nor scikit-learn; tests/test_glue.py checks them against hand-worked values.
+The paper reports Matthews correlation for CoLA, Spearman correlation for STS and accuracy
+for the others, without WNLI (§3.1, Appendix B). This code adds MNLI's mismatched accuracy,
+F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are GLUE's standard
+layout (GLUE_DIR/CoLA/train.tsv ...), split on tabs with *no* quote handling: an RTE row
+starts with a quote, which a CSV reader would take for a quoted field.
 """
 import os
 import shutil
@@ -73,12 +65,9 @@ TASKS = {   # in the order of the paper's tables
 # ----------------------------------------------------------------------------- reading
 
 def read_tsv(path, n_columns, header=None, label_col=-1):
-    """Rows of a GLUE .tsv as (1-based line number, list of fields).
-
-    Plain split('\\t'): no quoting. 'utf-8-sig' drops the byte-order mark that starts MRPC's
-    header. `header` is the expected name of the label column (at `label_col`) in the first
-    line; None: the file has no header, like CoLA. Checking it catches a file from another
-    task or layout with one clear line instead of a wrong model trained on wrong columns."""
+    """Rows of a GLUE .tsv as (1-based line number, list of fields): split on tabs, no
+    quoting; 'utf-8-sig' drops the byte-order mark of MRPC's header. `header`, the expected
+    name of the label column (None: no header, like CoLA), catches a file of another task."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -161,7 +150,7 @@ def both_orders(examples):
 
 def truncate_pair(a, b, max_tokens):
     """BERT's longest-first truncation: drop the last token of the longer part until the pair
-    fits (a tie drops from b). Keeps as much of *both* sentences as possible."""
+    fits (a tie drops from b)."""
     a, b = list(a), list(b)
     while len(a) + len(b) > max_tokens:
         (a if len(a) > len(b) else b).pop()
@@ -188,8 +177,8 @@ def encode_example(tokenizer, a, b=None, max_len=128):
 
 
 def encode_examples(tokenizer, examples, max_len=128):
-    """Many examples at once: tiktoken encodes the texts in parallel (MNLI has 786k of them).
-    Returns a list of (token ids, segment ids) and a float array of labels."""
+    """Many examples at once (tiktoken encodes MNLI's 786k texts in parallel): a list of
+    (token ids, segment ids) and a float array of labels."""
     a = tokenizer.encode_batch([e.a for e in examples])
     pairs = examples[0].b is not None
     b = tokenizer.encode_batch([e.b for e in examples]) if pairs else [None] * len(examples)
@@ -204,17 +193,19 @@ def accuracy(pred, gold):
 
 
 def f1_score(pred, gold):
-    """F1 of the positive class (1): 2 TP / (2 TP + FP + FN); 0 when there is nothing to find
-    and nothing predicted."""
+    """F1 of the positive class (1), $2 TP / (2 TP + FP + FN)$; 0 when there is nothing to
+    find and nothing predicted."""
     p, g = np.asarray(pred) == 1, np.asarray(gold) == 1
     tp, fp, fn = np.sum(p & g), np.sum(p & ~g), np.sum(~p & g)
     return float(2 * tp / (2 * tp + fp + fn)) if tp + fp + fn else 0.0
 
 
 def matthews_corr(pred, gold):
-    """MCC = (TP TN - FP FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)). A classifier that predicts
-    one class for everything has a zero factor in the denominator; its MCC is defined as 0
-    (no better than chance), as scikit-learn does - it is what an untrained CoLA model gets."""
+    """Matthews correlation,
+    $$ MCC = (TP ⋅ TN − FP ⋅ FN) /
+       "    " √{(TP + FP)(TP + FN)(TN + FP)(TN + FN)} $$
+    0 for a classifier that predicts one class everywhere (a zero factor below; scikit-learn's
+    choice too): what an untrained CoLA model gets."""
     p, g = np.asarray(pred) == 1, np.asarray(gold) == 1
     tp, tn = float(np.sum(p & g)), float(np.sum(~p & ~g))
     fp, fn = float(np.sum(p & ~g)), float(np.sum(~p & g))
@@ -261,7 +252,7 @@ def task_metrics(name, pred, gold):
 
 def summarize(runs, metric):
     """One task's entry of the results JSON: every seed's run, the median over seeds (the
-    paper reports the median of 10) and the spread [min, max] of each metric."""
+    paper's number, over 10) and [min, max]."""
     keys = runs[0]["metrics"]
     return {"metric": metric, "seeds": runs,
             "median": {k: float(np.median([r["metrics"][k] for r in runs])) for k in keys},
@@ -280,8 +271,8 @@ def print_table(results):
 
 # ----------------------------------------------------------------------------- download
 
-# The classic GLUE download script's sources (nyu-mll/GLUE-baselines, download_glue_data.py).
-# MRPC is not redistributed as a zip: it is built from Microsoft's files and GLUE's dev ids.
+# Engineering: the classic GLUE download script's sources (nyu-mll/GLUE-baselines); MRPC is
+# built from Microsoft's files and GLUE's dev ids.
 BASE = "https://dl.fbaipublicfiles.com/glue/data/"
 GLUE_URLS = {"cola": BASE + "CoLA.zip", "sst2": BASE + "SST-2.zip", "qqp": BASE + "QQP-clean.zip",
              "stsb": BASE + "STS-B.zip", "mnli": BASE + "MNLI.zip", "qnli": BASE + "QNLIv2.zip",
@@ -303,9 +294,9 @@ def _fetch(url, dest, timeout):
 
 
 def download_glue(dest, names, timeout=10.0, log=print):
-    """Fetch the tasks `names` into dest/ in the standard layout. Offline, the first request
-    fails within `timeout` seconds with a GlueError; nothing half-written is left behind
-    (each task is unpacked into a temporary folder and moved into place when complete)."""
+    """Engineering: fetch the tasks `names` into dest/ in the standard layout. Offline, the
+    first request fails within `timeout` seconds with a GlueError; nothing half-written is
+    left behind (each task is unpacked into a temporary folder and moved into place)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -333,8 +324,8 @@ def download_glue(dest, names, timeout=10.0, log=print):
 
 
 def _format_mrpc(tmp):
-    """As the classic script: the rows of msr_paraphrase_train.txt whose id pair is in GLUE's
-    dev id list form dev.tsv, the others train.tsv (same header)."""
+    """Engineering: as the classic script, the rows of msr_paraphrase_train.txt whose ids are
+    in GLUE's dev list form dev.tsv, the others train.tsv."""
     dev_ids = {tuple(l.strip().split("\t")) for l in
                (tmp / "dev_ids.tsv").read_text(encoding="utf-8-sig").splitlines() if l.strip()}
     lines = (tmp / "msr_train.txt").read_text(encoding="utf-8-sig").splitlines()

@@ -1,15 +1,14 @@
 """The pre-training loop (paper Appendix A, Table 6), to be read top to bottom.
 
-After objectives.py (the algorithm) and the networks, this is the third thing to read: how one
-model is trained for a budget. In the spirit of nanoGPT's train.py it is one function, `train`,
-in the order things happen - data, model, optimizer, then the loop: take a batch, mask it, one
-step of L_MLM + λ L_Disc, log, checkpoint. The command line (electra_small.py) checks the
-arguments and the checkpoint to resume, then calls it.
+One function, `train`, in the order things happen: data, model, optimizer, then the loop: a
+batch with its masks (line 1), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint. BERT,
+ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
-What the loop does *not* do is know which model it trains. BERT, ELECTRA and every ablation
-expose the same interface (objectives.ELECTRA): `masking` (how line 1 shows the chosen
-positions), forward(x, masked, ...) -> (loss, statistics), and two hooks, schedule_progress and
-on_progress, that two-stage training (§3.2) uses to split the budget in two.
+What to watch: L_MLM falls from the start, but D first answers "real" everywhere: L_Disc
+sits at $H(r)$, the entropy of the share r of replaced tokens, and D catches almost none.
+This project calls that phase "the plateau" (its name for what it observed, not the paper's;
+docs/plateau.md). One line says when D leaves it: recall of 10 % or more and L_Disc under
+$0.9 H(r)$ (machinery/progress.py).
 """
 import json
 import math
@@ -39,31 +38,32 @@ class TrainingDiverged(Exception):
 
 
 def make_optimizer(model, cfg, device):
-    """Adam with decoupled weight decay (Table 6: ε 1e-6, weight decay 0.01; biases and
-    LayerNorm not decayed). cfg.optimizer "official" is the paper's rule without bias
-    correction (optim.py explains why that matters); "torch" is torch.optim.AdamW."""
+    """Adam with decoupled weight decay (Table 6: β 0.9, 0.999, ε 1e-6, weight decay 0.01;
+    biases and LayerNorm not decayed, as the official code). cfg.optimizer "official" is the
+    official code's rule, without bias correction (optim.py); "torch" is torch.optim.AdamW."""
     return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
                      cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
 
 
 def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
     """One optimizer step on a CPU batch {x, masked, pad_mask, segment_ids}; returns the
-    statistics, still on the device (reading them would make the host wait for every step)."""
+    statistics, still on the device."""
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
-    # bf16 autocast where the hardware computes bf16 natively (machinery/device.py): faster
-    # matmuls; the weights, the optimizer and both losses stay in float32.
+    # Engineering: bf16 autocast where the hardware computes bf16 natively
+    # (machinery/device.py); the weights, the optimizer and both losses stay in float32.
     stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1])
     opt.zero_grad(set_to_none=True)
     return stats
 
 
 def masked_batch(data, cfg, masking):
-    """Line 1 of §2 on the CPU: the next batch of `data` (a PretrainingData) and its masks (the
-    model's `masking` rule), and the data position after it. On a GPU a background thread
-    (batches.Prefetcher) runs this while the GPU computes the previous step; benchmarks/bench.py
-    makes its batches with it too, so that it times what training runs."""
+    """Line 1 of §2: the next batch of `data` with its masks, by the model's `masking` rule,
+    and the data position after it.
+
+    Engineering: on a GPU a background thread (`batches.Prefetcher`) runs this while the GPU
+    computes the previous step; benchmarks/bench.py makes its batches with it too."""
     batch = data.next_batch()                             # x, segment_ids, pad_mask
     special = (data.meta["pad_id"], data.meta["cls_id"], data.meta["sep_id"])
     batch["masked"] = mask_tokens(batch["x"], special, data.meta["mask_id"], cfg.n_slots,
@@ -73,12 +73,13 @@ def masked_batch(data, cfg, masking):
 
 
 def update(model, opt, batch, grad_clip, autocast):
-    """Both losses, backward, clipping and Adam on a batch already on the device: the part of
-    training_step that machinery/step.py compiles into one graph (--compile)."""
+    """Both losses, backward, clipping and Adam on a batch already on the device (the part
+    that machinery/step.py compiles into one graph with --compile)."""
     with autocast():
         loss, stats = model(**batch)
     loss.backward()
-    # Clipping at norm 1 (official code): λ = 50 makes L_Disc's early gradients large.
+    # Clipping at global norm 1, as the official code (model/optimization.py); the paper does
+    # not mention it. With $λ = 50$, D's gradients decide when it engages.
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
     # the losses in the statistics are for the log: detached, they keep no graph alive
@@ -92,7 +93,6 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     say = print if main else (lambda *a, **k: None)
 
     # -- data: a memmap of token ids, cut into two-segment examples (data.py) ----------------
-    # Every process of a data-parallel run reads its own share of each batch (rank, world).
     data = PretrainingData(data_dir, "train", cfg.batch_size, cfg.seq_len, args.seed,
                            dist.rank, dist.world)
     tokenizer = load_tokenizer(data_dir)                  # saved in every checkpoint
@@ -100,8 +100,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # -- model and optimizer ---------------------------------------------------------------------
     raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
     opt = make_optimizer(raw_model, cfg, device)
-    # what a resume restores; setup_s: wall-clock seconds of steps that were not training time
-    # (compiling, CUDA-graph recording, the first batch: see `progress`)
+    # what a resume restores (setup_s: seconds of steps that were not training time)
     st = dict(step=0, flops=0.0, elapsed=0.0, setup_s=0.0, saved_fractions=[])
     if resume is not None:
         raw_model.load_state_dict(resume["model"])
@@ -114,14 +113,13 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     data_state = data.state_dict()                        # position after the last used batch
     # Appendix E's count, per step; it changes when two-stage training freezes G.
     flops_per_step = train_flops_per_step(cfg, raw_model.stage)
-    # --compile: the whole step as one graph (machinery/step.py) - or the model only where the step
-    # cannot be one: DDP's gradient hooks need a backward of their own, and torch.optim.AdamW's
-    # step breaks any graph on purpose (torch/optim/optimizer.py, _use_grad). The model is
-    # compiled *inside* DistributedDataParallel, DDP(compile(model)): compiled from outside,
-    # Dynamo would trace DDP's own Python forward and split the graph at its buckets.
+    # Engineering: --compile makes the whole step one graph (machinery/step.py), or compiles
+    # the model only where the step cannot be one graph: under DistributedDataParallel (its
+    # gradient hooks need a backward of their own) and with torch.optim.AdamW (its step breaks
+    # graphs on purpose). The model is compiled inside DDP, so Dynamo does not trace DDP.
     step = None
     compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
-    # DistributedDataParallel where torchrun started several processes; the model itself else.
+    # DistributedDataParallel where torchrun started several processes, else the model.
     model = dist.wrap(torch.compile(raw_model) if compile_model else raw_model,
                       find_unused=raw_model.stage is not None)
     if args.compile and not compile_model:
@@ -130,18 +128,14 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         except Exception as e:
             compile_failed(e)
 
-    # The first step of every process is setup, not training: it compiles the step (--compile:
-    # 30 s to minutes), makes the first batch and fills the allocator; on a GPU the compiled
-    # step's second call records the CUDA graph. Counted in the wall-clock budget, it would eat
-    # the warm-up (1 % of it: 5 s of a 9-minute run) before the first real update, which would
-    # then run at the peak learning rate with Adam uncorrected (config.py: D collapses).
+    # Engineering: the first step is setup, not training (compiling, the first batch; on a GPU
+    # the second records the CUDA graph). Counted in a wall-clock budget it would eat the
+    # warm-up, and the first real update would run at the peak learning rate.
     setup_steps = 2 if args.compile and device.type == "cuda" else 1
 
     def progress():
-        """The fraction of the budget used: of wall-clock time, of FLOPs, or of steps. With
-        --hours the whole schedule (warm-up, decay to 0) is laid over the *training* time: the
-        wall-clock budget less the setup steps' time (st["setup_s"]). The run still stops at
-        the wall-clock deadline, elapsed = budget, where this fraction reaches 1."""
+        """The fraction of the budget used: of wall-clock time (less the setup steps'), of
+        FLOPs, or of steps. The learning-rate schedule is laid over it."""
         if args.hours:
             budget, setup = args.hours * 3600, st["setup_s"]
             return 1.0 if setup >= budget else \
@@ -151,8 +145,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         return st["step"] / args.max_steps
 
     def save(name="ckpt.pt"):
-        """Never a state that has seen a NaN loss, never over the previous checkpoint unless the
-        new one is complete (machinery/checkpoint.py writes to a temporary file and renames it)."""
+        """A checkpoint: never of a state that has seen a NaN loss, never half-written
+        (machinery/checkpoint.py)."""
         check_finite(bad_step, out)
         if not main:
             return
@@ -174,17 +168,16 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         return masked_batch(data, cfg, raw_model.masking)
 
     # -- the loop ----------------------------------------------------------------------------------
-    # MFU (model FLOPs utilisation) needs the hardware's peak: a data sheet on a GPU, a
-    # measured matmul on a CPU (flops.py). It says how much of the machine the step uses.
+    # Engineering: MFU (model FLOPs utilisation) needs the hardware's peak: a data sheet on a
+    # GPU, a measured matmul on a CPU (flops.py).
     peak, peak_note = peak_flops(device)
     peak = peak * dist.world if peak else None
     say(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
-    # Appending, not overwriting: a resumed run continues the same log (plot_results.py keeps
-    # the last record of a step logged twice).
+    # Appending: a resumed run continues the same log.
     log_file = open(out / "log.jsonl", "a") if main else None
-    # On a CPU the batch is made in line: a second thread would only take cores from the step.
+    # Engineering: on a GPU a thread prepares the next batches (on a CPU it would only take
+    # cores from the step); --profile N records N steps with torch.profiler.
     fetch = Prefetcher(make_batch) if device.type == "cuda" else make_batch
-    # --profile N: torch.profiler records N steps, after two to warm up (compilation, allocator)
     prof = start_profile(args.profile, out, device) if getattr(args, "profile", None) and main \
         else None
     # On a CPU the run picks its thread count from timed steps (machinery/threads.py): two
@@ -195,8 +188,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
-    # A budget that goes through a small corpus many times (the demo corpus on a GPU) learns it
-    # by heart: one line says so - at the start for steps or FLOPs, at the first log for --hours.
+    # A budget that goes through a small corpus many times learns it by heart: one line says so.
     repeats = repetition_warning(args.max_steps or args.flops / flops_per_step, data) \
         if not args.hours else None
     if repeats:
@@ -209,8 +201,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 flops_per_step = train_flops_per_step(cfg, raw_model.stage)
                 say(f"step {st['step']}: {note}")
             batch, next_state = fetch()
-            # warm-up then linear decay (config.lr_at), over the budget - or over each half of
-            # it for two-stage training, which is why the model maps progress first
+            # warm-up, then linear decay to 0 (config.lr_at) over the budget, or over each half
+            # of it for two-stage training
             lr = lr_at(raw_model.schedule_progress(progress()), cfg)
             stats, step, model = compiled_step(step, model, raw_model, opt, batch, lr, cfg, device,
                                                args)
@@ -220,8 +212,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 threads.after_step()
             st["step"] += 1
             st["flops"] += flops_per_step
-            # The data position moves only once the step is done, so a checkpoint written now
-            # resumes with the batch after this one, never skipping or repeating one.
+            # The data position moves once the step is done: a checkpoint resumes with the next
+            # batch, never skipping or repeating one.
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
@@ -236,7 +228,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                         + (": not counted in the learning-rate schedule, which runs over "
                            "the training time left before the deadline" if args.hours else ""),
                         flush=True)
-            # NaN check without a host sync: remember the first bad step in a device tensor
+            # Engineering: the NaN check and the statistics stay on the device, summed there;
+            # reading a number (.item()) would make the host wait for the GPU at every step.
             bad = ~torch.isfinite(stats["mlm_loss"].detach())
             if "disc_loss" in stats:
                 bad |= ~torch.isfinite(stats["disc_loss"].detach())
@@ -244,14 +237,12 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 else bad_step
             bad_step = torch.where(bad & (first == 0), st["step"], first)
             interval_steps += 1
-            # Statistics stay on the device and are summed there: reading a number back (.item())
-            # makes the host wait for the GPU to finish, which every step would pay for.
             for k, v in stats.items():
                 v = torch.stack(v) if isinstance(v, tuple) else v.detach()
                 sums[k] = sums[k] + v if k in sums else v
             if st["step"] % args.log_every == 0 or progress() >= 1.0:
                 check_finite(bad_step, out)
-                # every process's sums, added up: the log describes the whole global batch
+                # Engineering: every process's sums added up, for the whole batch
                 sums = {k: dist.sum(v.float()) for k, v in sums.items()}
                 rec = log_record(sums, interval_steps, time.time() - interval_start, peak, cfg,
                                  args, st, flops_per_step, raw_model.stage, lr, dist.world)
@@ -273,8 +264,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 if progress() >= f and f not in st["saved_fractions"]:
                     st["saved_fractions"].append(f)
                     save(f"ckpt_{f:g}.pt")
-            # A periodic checkpoint bounds what a crash can lose. Rank 0's clock decides for every
-            # process (broadcast), so all take the same branch in the same step.
+            # A periodic checkpoint bounds what a crash can lose (rank 0's clock decides for
+            # every process).
             due = time.time() - last_ckpt > args.ckpt_every_min * 60
             if (args.save_every and st["step"] % args.save_every == 0) or \
                     dist.broadcast_float(float(due)):
@@ -305,8 +296,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
 # ----------------------------------------------------------------------------- the loop's helpers
 
 def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
-    """One step: the compiled whole step `step` (machinery/step.py) if there is one, else
-    training_step; falls back to the eager model if torch.compile fails on this setup. Returns
+    """Engineering: one step, compiled (machinery/step.py) if there is a compiled `step`, else
+    training_step; falls back to the eager model if torch.compile fails here. Returns
     (statistics, step, model), the last two changed by a fallback."""
     try:
         if step is not None:
@@ -318,9 +309,8 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
         compile_failed(e)
         opt.zero_grad(set_to_none=True)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            # the same DDP with the eager model inside (the same parameters, so its gradient
-            # hooks stay right): wrapping raw_model again would add a second DDP, whose hooks
-            # would all-reduce every gradient a second time
+            # Engineering: the same DDP with the eager model inside (a second DDP would
+            # all-reduce every gradient twice)
             model.module = raw_model
         else:
             model = raw_model
@@ -328,20 +318,20 @@ def compiled_step(step, model, raw_model, opt, batch, lr, cfg, device, args):
 
 
 def unwrapped(model):
-    """The model inside DistributedDataParallel (compiled or not), or the model itself."""
+    """Engineering: the model inside DistributedDataParallel, or the model itself."""
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
 def compile_failed(e):
-    """The one line a failed torch.compile gets; the run goes on eagerly."""
+    """Engineering: the one line a failed torch.compile gets; the run goes on eagerly."""
     print(f"torch.compile failed ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}); "
           "continuing eagerly", file=sys.stderr)
 
 
 def start_profile(n, out, device):
-    """A started torch.profiler for --profile N: call .step() after every training step. After
-    2 + N steps it writes out/profile_trace.json (chrome://tracing or ui.perfetto.dev) and prints
-    the operations that took the most time themselves - on the GPU where there is one."""
+    """Engineering: a started torch.profiler for --profile N (.step() after every step). After
+    2 + N steps it writes out/profile_trace.json (chrome://tracing, ui.perfetto.dev) and prints
+    the operations that took the most time."""
     gpu = device.type == "cuda"
 
     def report(prof):
@@ -360,8 +350,7 @@ def start_profile(n, out, device):
 
 
 def check_finite(bad_step, out):
-    """Raise if any step so far had a NaN/inf loss (read from the device only here, at logging
-    and checkpoint time, so no step waits for the host)."""
+    """Raise if any step so far had a NaN or infinite loss (read from the device only here)."""
     if bad_step is not None and int(bad_step) > 0:
         raise TrainingDiverged(
             f"the loss became NaN or infinite at step {int(bad_step)}; stopped without saving, "
@@ -383,9 +372,8 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
     else:
         left = (args.max_steps - st["step"]) * dt / steps
     # The plateau's loss: "everything is real" with the right bias scores the entropy of the
-    # replaced share r, H(r) = -r ln r - (1-r) ln(1-r). L_Disc below it is D learning more
-    # than how many tokens are replaced. Only a D that flags replaced tokens has a plateau:
-    # Replace MLM and All-Tokens MLM make D a masked LM, with no replaced counts (None here).
+    # share r of replaced tokens, $H(r) = −r ln r − (1 − r) ln(1 − r)$; below it, D knows more
+    # than how many tokens are replaced. (None where D is an MLM: Replace MLM, All-Tokens MLM.)
     share = prior = None
     if "replaced_correct" in s and "disc_correct" in s and s["disc_correct"][1] > 0:
         share = (s["replaced_correct"][1] / s["disc_correct"][1]).item()
@@ -402,6 +390,5 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
 
 
 def gpu_peak_bytes(device):
-    """The most GPU memory the run's tensors have held so far (CUDA graphs' pools included),
-    None off a GPU: what "fits in N GB" means for a run."""
+    """Engineering: the most GPU memory the run's tensors have held so far, None off a GPU."""
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None

@@ -1,11 +1,11 @@
 """Sentences and tokens: the part of preparing a corpus (data.py) that scales with its size.
 
-Paper Appendix A builds examples from sentences, so every document is cut into sentences and
-tokenized with the sentence ends kept in token space. This is the step that grows with the
-corpus - billions of tokens for Wikipedia or OpenWebText - so it runs in one process per core
-(tiktoken releases no work to threads inside one document), a chunk of about 1 MB of documents
-at a time, and reports MB/s and the time left as it goes. data.py calls it and writes the chunks
-as they come back; the output is byte-identical at any number of workers.
+The official build_pretraining_dataset.py builds examples from sentences, so every document is
+cut into sentences and tokenized with the sentence ends kept in token space. This is the step
+that grows with the corpus - billions of tokens for Wikipedia or OpenWebText - so it runs in one
+process per core (tiktoken releases no work to threads inside one document), a chunk of about
+1 MB of documents at a time, and reports MB/s and the time left as it goes. data.py calls it and
+writes the chunks as they come back; the output is byte-identical at any number of workers.
 """
 import multiprocessing
 import os

@@ -1,7 +1,7 @@
 """
 Byte-level BPE tokenizer: trained here in pure Python, encoded by tiktoken.
 
-ELECTRA-Small used BERT's 30,522-token WordPiece vocabulary. Its embedding
+The official code uses BERT's 30,522-token WordPiece vocabulary. Its embedding
 table (30,522 x 128) is a large share of the model, so to land at the paper's
 ~14M parameters we want a vocabulary of the same size: 30,518 BPE ranks plus
 our 4 special tokens [PAD] [CLS] [SEP] [MASK] = 30,522 ids.

@@ -7,22 +7,25 @@ becomes one page, built from the source itself so that the notes cannot drift fr
     a comment above a block of code       -> the note on the left, the block on the right
     a function's or class's docstring     -> the note on the left of its `def` / `class`
     a `# ===== 1. mask` banner            -> a heading across both columns
+    `$...$` and `$$...$$` in a note       -> typeset math (MathML), from a small notation below
+    a paragraph opening "Engineering:"    -> an aside, closed until the reader opens it
+    a name, a file, a section             -> a link to its definition, page, or the paper
 
-Equations stay as the files write them (an indented block in a docstring or a comment is shown
-as written, in a fixed-width font). Between the notes, what a reader would rather see than read,
-all of it generated, none drawn by hand (FIGURES): Figure 2 with the tensors of a real
-checkpoint, one real step as a table of tokens (docs/one_step.json, written by
-teaching/one_step.py), the plateau of a real laptop run (docs/plateau_run.png, drawn by
-plot_results.py --plateau from a real log) and GLUE against compute.
+Between the notes, what a reader would rather see than read, all of it generated, none drawn
+by hand (FIGURES): Figure 2 with the tensors of a real checkpoint, one real step as a table of
+tokens (docs/one_step.json, written by teaching/one_step.py), the plateau of a real laptop run
+(docs/plateau_run.png, drawn by plot_results.py --plateau from a real log) and GLUE against
+compute.
 
     python teaching/annotate.py                       # writes out_annotated/index.html + 13 pages
     python teaching/annotate.py --out site/annotated  # anywhere else
 
 The folder opens from disk (file://) with no server and no network: plain HTML, one style
-sheet, the figures copied beside the pages, no script. Needs the optional Markdown renderer
-(`pip install markdown`; Pygments, the highlighter, comes with pytest); without it the command
-says so in one line. tests/test_annotate.py builds the pages and checks them; docs/annotated.md
-says how they are built and tested.
+sheet, the figures copied beside the pages, no script; the math is MathML, which current
+browsers draw themselves. Needs the optional Markdown renderer (`pip install markdown`;
+Pygments, the highlighter, comes with pytest); without it the command says so in one line.
+tests/test_annotate.py builds the pages and checks them; docs/annotated.md says how they are
+built and tested.
 """
 import ast
 import html
@@ -214,7 +217,272 @@ def parse(source):
     return (inspect.cleandoc(module[2]) if module else ""), sections
 
 
-# ----------------------------------------------------------------------------- rendering
+# ----------------------------------------------------------------------------- math
+
+# The notes write math in a small notation that reads well in an editor and is typeset on the
+# page as MathML (drawn by the browser itself: no script, no network):
+#
+#     $L_MLM(x, θ_G) + λ L_Disc(x, θ_D)$     inline;  $$ ... $$ a display of its own
+#     x_i  x^masked  x^corrupt_t  x_{t+1}     sub- and superscripts: one term, or a {group}
+#     sum_{i ∈ m}  min_{θ_G, θ_D}  argmax     limits under the operator (∑ works too)
+#     log exp sigmoid softmax round E H ...   functions, set upright
+#     != <= >= <- -> ~ * ...                  ≠ ≤ ≥ ← → ∼ ⋅ …
+#     "text"   for if and otherwise           words inside an equation
+#     a display over several lines            one row per line, its columns split at &
+#
+# Greek letters and symbols (θ λ ε β η ∈ ≠ ← √ ⌈ ⌉ ·) are written as themselves; braces that
+# do not follow _, ^ or √ are shown as braces (unif{1, n}). No backslashes: docstrings would
+# read them as escapes.
+
+MATH_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<text>"[^"]*")
+  | (?P<num>\d+(?:\.\d+)?)
+  | (?P<word>[^\W\d_](?:[^\W_]|[\u0300-\u036f])*)
+  | (?P<under>_)
+  | (?P<op><-|->|!=|<=|>=|\.\.\.|[^\s\w])
+""", re.X)
+MATH_BIG = {"sum": "∑", "∑": "∑", "prod": "∏", "min": "min", "max": "max", "argmax": "argmax",
+            "argmin": "argmin"}
+MATH_FUNC = {"log", "ln", "exp", "sigmoid", "softmax", "round", "unif", "REPLACE", "E", "H", "GELU",
+             "LN", "Attn", "FFN", "onehot", "mean", "dense", "clip", "sign"}
+MATH_WORDS = {"for", "if", "and", "otherwise", "with", "else", "where"}
+MATH_OPS = {"<-": "←", "->": "→", "!=": "≠", "<=": "≤", ">=": "≥", "-": "−", "*": "⋅",
+            "~": "∼", "...": "…"}
+
+
+def mathml(src, display=False):
+    """The notation above -> one <math> element; AnnotateError on what it cannot read."""
+    def fail(why):
+        raise AnnotateError(f"math `{src.strip()}`: {why}")
+
+    if "\\" in src:
+        fail("no backslashes in the notation: write symbols as themselves (λ, not \\lambda)")
+
+    def tokens(text):
+        out, pos = [], 0
+        while pos < len(text):
+            m = MATH_TOKEN.match(text, pos)
+            if not m:
+                fail(f"cannot read {text[pos:]!r}")
+            pos = m.end()
+            if m.lastgroup != "space":
+                out.append((m.lastgroup, m.group()))
+        return out
+
+    def cell(toks):
+        pos = 0
+
+        def peek():
+            return toks[pos] if pos < len(toks) else (None, None)
+
+        def atom(group=False):
+            """One term; a {group} only where `group` (after _, ^ or √), else a brace."""
+            nonlocal pos
+            kind, s = peek()
+            if kind is None:
+                fail("ends where a term was expected")
+            pos += 1
+            if s == "{" and group:
+                inner = row("}")
+                pos += 1
+                return f"<mrow>{inner}</mrow>", "group"
+            if s == "√":
+                return f"<msqrt>{atom(True)[0]}</msqrt>", "group"
+            if kind == "num":
+                return f"<mn>{s}</mn>", "num"
+            if kind == "text":
+                return f"<mtext>\u00a0{html.escape(s[1:-1].strip())}\u00a0</mtext>", "text"
+            if kind == "under" or s in ("^", "'"):
+                fail(f"a {s} with nothing before it")
+            if s in MATH_BIG:
+                big = ' largeop="true"' if s in ("sum", "∑", "prod") else ""
+                return f'<mo{big} movablelimits="true">{MATH_BIG[s]}</mo>', "big"
+            if kind == "word" and s in MATH_WORDS:
+                return f"<mtext>\u00a0{s}\u00a0</mtext>", "text"
+            if kind == "word":
+                upright = ' mathvariant="normal"' if len(s) == 1 and s in MATH_FUNC else ""
+                return f"<mi{upright}>{html.escape(s)}</mi>", "func" if s in MATH_FUNC else "id"
+            return f"<mo>{html.escape(MATH_OPS.get(s, s))}</mo>", "op"
+
+        def scripted():
+            """A term with its sub- and superscripts: x_i, x^corrupt_t, sum_{i ∈ m}, x'."""
+            nonlocal pos
+            base, kind = atom()
+            sub = sup = None
+            while True:
+                k, s = peek()
+                if k == "under" and sub is None:
+                    pos += 1
+                    sub = atom(True)[0]
+                elif s in ("^", "'") and sup is None:
+                    pos += 1
+                    sup = atom(True)[0] if s == "^" else "<mo>′</mo>"
+                else:
+                    break
+            names = ("munder", "mover", "munderover") if kind == "big" else \
+                ("msub", "msup", "msubsup")
+            if sub is not None or sup is not None:
+                tag = names[(sub is not None) + 2 * (sup is not None) - 1]
+                base = f"<{tag}>{base}{sub or ''}{sup or ''}</{tag}>"
+            return base, kind
+
+        def row(until=None):
+            out = []
+            while peek()[0] is not None and not (until and peek()[1] == until):
+                item, kind = scripted()
+                if kind == "func" and out and (out[-1].endswith(("</mi>", "</mn>", ")</mo>",
+                                                                   "</msub>", "</msup>"))):
+                    out.append('<mspace width="0.17em"/>')     # x) log D, not x)logD
+                out.append(item)
+                if kind == "func" and peek()[1] not in ("(", "[", None):
+                    out.append('<mspace width="0.17em"/>')     # log p, not logp
+            if until and peek()[0] is None:
+                fail("a { without its }")
+            return "".join(out)
+
+        return row()
+
+    rows = [[cell(tokens(c)) for c in line.split("&")] for line in src.strip().split("\n")]
+    if len(rows) == 1 and len(rows[0]) == 1:
+        body = rows[0][0]
+    else:
+        body = '<mtable displaystyle="true">' + "".join(
+            "<mtr>" + "".join(f'<mtd displaystyle="true">{c}</mtd>' for c in r) + "</mtr>" for r in rows) + "</mtable>"
+    block = ' display="block"' if display else ""
+    return f"<math{block}><mrow>{body}</mrow></math>"
+
+
+MATH_DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.S)
+MATH_INLINE = re.compile(r"(?<![\w$\\])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
+PLACE = re.compile(r"⟦(\d+)⟧")                  # where a typeset equation goes back in
+
+
+# ----------------------------------------------------------------------------- links
+
+PAPER = "https://arxiv.org/abs/2003.10555"
+PAPER_PDF = "https://arxiv.org/pdf/2003.10555v1#page={}"     # the ICLR 2020 version's pages
+# Where each part of the paper starts (page of the ICLR 2020 version, arXiv v1).
+PAPER_PAGES = {"§1": 1, "§2": 2, "§3": 4, "§3.1": 4, "§3.2": 4, "§3.3": 6, "§3.4": 7,
+               "§3.5": 8, "§4": 9, "§5": 10, "Appendix A": 13, "Appendix B": 13,
+               "Appendix C": 15, "Appendix D": 15, "Appendix E": 16, "Appendix F": 16,
+               "Appendix G": 17, "Appendix H": 18, "Table 1": 6, "Table 2": 7, "Table 3": 7,
+               "Table 4": 8, "Table 5": 9, "Table 6": 14, "Table 7": 14, "Table 8": 16,
+               "Figure 1": 2, "Figure 2": 3, "Figure 3": 5, "Figure 4": 9, "footnote 3": 3,
+               "footnote 4": 4, "footnote 8": 13}
+OFFICIAL = "https://github.com/google-research/electra"
+OFFICIAL_FILE = OFFICIAL + "/blob/8a46635f32083ada044d7e9ad09604742600ee7b/{}"
+OFFICIAL_FILES = {"pretrain_helpers": "pretrain/pretrain_helpers.py",
+                  "pretrain_data": "pretrain/pretrain_data.py",
+                  "optimization": "model/optimization.py", "modeling": "model/modeling.py",
+                  "tokenization": "model/tokenization.py",
+                  "flops_computation": "flops_computation.py",
+                  "run_pretraining": "run_pretraining.py", "run_finetuning": "run_finetuning.py",
+                  "build_pretraining_dataset": "build_pretraining_dataset.py",
+                  "configure_pretraining": "configure_pretraining.py",
+                  "configure_finetuning": "configure_finetuning.py",
+                  "classification_tasks": "finetune/classification/classification_tasks.py"}
+LINKABLE = re.compile(
+    r"(?P<official>\b(?:[a-z]+/)*(?:%s)(?:\.py\b|\.[A-Za-z_]\w*))"
+    r"|(?P<paper>§\s?\d(?:\.\d)?|\bAppendix [A-H]\b|\bTable \d\b|\bFigure \d\b|\bfootnote \d\b)"
+    r"|(?P<file>\b[a-z_]+\.py\b)"
+    r"|(?P<qual>\b[a-z_]+\.[A-Za-z_]\w*(?:\.[a-z_]\w*)?\b)"
+    r"|(?P<name>\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[A-Z][a-z]+(?:[A-Z][a-z0-9]*)+\b)"
+    % "|".join(OFFICIAL_FILES))
+
+
+def definitions(source):
+    """{first line (its first decorator's): name} of the file's classes and functions and of
+    its classes' methods (`Class.method`): the anchors other notes link to."""
+    tree, out = ast.parse(source), {}
+    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in tree.body:
+        if isinstance(node, kinds):
+            out[min([node.lineno] + [d.lineno for d in node.decorator_list])] = node.name
+            if isinstance(node, ast.ClassDef):
+                for sub in node.body:
+                    if isinstance(sub, kinds):
+                        first = min([sub.lineno] + [d.lineno for d in sub.decorator_list])
+                        out[first] = f"{node.name}.{sub.name}"
+    return out
+
+
+@dataclass
+class Links:
+    """What the notes of one page may link to: every definition on the reading path, by file
+    stem ({stem: {name}}), the page it is on, and the anchors of the note being written."""
+    defs: dict
+    stem: str = ""
+    here: tuple = ()
+
+    def target(self, name):
+        """The href of a definition `name` (`mask_tokens`, `ELECTRA.generate`,
+        `objectives.sample`, with or without `()`), or None."""
+        name = name.strip().removesuffix("()")
+        stem, _, rest = name.partition(".")
+        if rest and stem in self.defs and rest in self.defs[stem]:
+            found = [(stem, rest)]
+        elif name in self.defs.get(self.stem, ()):
+            found = [(self.stem, name)]
+        else:
+            found = [(s, name) for s, names in self.defs.items() if name in names]
+        if len(found) != 1:
+            return None
+        stem, anchor = found[0]
+        if stem == self.stem and anchor in self.here:
+            return None                           # a note does not link to itself
+        return (f"{stem}.html" if stem != self.stem else "") + f"#{anchor}"
+
+    def text(self, m):
+        """A linkable piece of a note's text -> the piece as a link, or unchanged."""
+        s = m.group()
+        if m.lastgroup == "official":
+            base = re.sub(r"^(?:[a-z]+/)*", "", s).split(".")[0]
+            return f'<a href="{OFFICIAL_FILE.format(OFFICIAL_FILES[base])}">{s}</a>'
+        if m.lastgroup == "paper":
+            page = PAPER_PAGES.get(re.sub(r"§\s", "§", s))
+            return f'<a href="{PAPER_PDF.format(page)}">{s}</a>' if page else s
+        if m.lastgroup == "file":
+            stem = s[:-3]
+            return s if stem not in self.defs or stem == self.stem else \
+                f'<a href="{stem}.html">{s}</a>'
+        href = self.target(s)
+        return f'<a href="{href}">{s}</a>' if href else s
+
+    def html(self, text):
+        """Links in the HTML of a note: in its text, and on a `code` span that names a
+        definition; never inside a link, a code block or another code span."""
+        out, depth, parts = [], {"a": 0, "pre": 0, "code": 0}, re.split(r"(<[^>]+>)", text)
+        i = 0
+        while i < len(parts):
+            part = parts[i]
+            tag = re.match(r"<(/?)(a|pre|code)\b", part)
+            if tag:
+                if tag.group(2) == "code" and not tag.group(1) and not depth["a"] \
+                        and not depth["pre"] and i + 2 < len(parts) and parts[i + 2] == "</code>":
+                    href = self.target(html.unescape(parts[i + 1]))
+                    if href:
+                        out.append(f'<a href="{href}">{part}{parts[i + 1]}</code></a>')
+                        i += 3
+                        continue
+                depth[tag.group(2)] += -1 if tag.group(1) else 1
+                out.append(part)
+            elif part.startswith("<") or any(depth.values()):
+                out.append(part)
+            else:
+                out.append(LINKABLE.sub(self.text, part))
+            i += 1
+        return "".join(out)
+
+
+# ----------------------------------------------------------------------------- notes
+
+CODE_SPAN = re.compile(r"(`+).*?\1")
+LIST_ITEM = re.compile(r"^ {0,3}[*-] ")
+INNER_STAR = re.compile(r"(?<=\w)\*(?=\w)")                          # 2*m*n, not emphasis
+EDGE_UNDERSCORE = re.compile(r"(?<![\w`*)\]])(_\w*|\w+_)(?![\w`])")   # not h_G(x)_t
+ASIDE = "Engineering:"
+
 
 def libraries():
     """(markdown, pygments pieces), or AnnotateError naming the install command."""
@@ -229,18 +497,19 @@ def libraries():
     return markdown, highlight, HtmlFormatter, PythonLexer
 
 
-CODE_SPAN = re.compile(r"(`+).*?\1")
-LIST_ITEM = re.compile(r"^ {0,3}[*-] ")
-INNER_STAR = re.compile(r"(?<=\w)\*(?=\w)")                          # 2*m*n, not emphasis
-EDGE_UNDERSCORE = re.compile(r"(?<![\w`*)\]])(_\w*|\w+_)(?![\w`])")   # not h_G(x)_t
-
-
-def notes_markdown(chunks):
-    """The notes' Markdown: comment lines joined as written, docstrings as paragraphs. A name
-    that starts or ends with an underscore (`_foreach_`, `__init__`) is set as code, or
-    Markdown would read its underscores as emphasis; `x_masked` is safe as it is."""
+def notes_markdown(text, maths):
+    """The notes' Markdown: comment lines joined as written, docstrings as paragraphs. Every
+    equation is set aside as ⟦n⟧ (its MathML appended to `maths`), a display one as a
+    paragraph of its own. A name that starts or ends with an underscore (`_foreach_`,
+    `__init__`) is set as code, or Markdown would read its underscores as emphasis; `x_masked`
+    is safe as it is."""
+    def put(src, display):
+        maths.append(mathml(src, display))
+        return f"⟦{len(maths) - 1}⟧"
+    text = MATH_DISPLAY.sub(lambda m: "\n\n" + put(inspect.cleandoc(m.group(1)), True) + "\n\n",
+                            text)
     lines, prev = [], ""
-    for line in "\n".join(chunks).strip("\n").split("\n"):
+    for line in text.strip("\n").split("\n"):
         if line.startswith(("    ", "\t")):      # an indented block is shown as written
             lines.append(line)
             prev = line
@@ -250,17 +519,48 @@ def notes_markdown(chunks):
             lines.append("")
         out, pos = [], 0
         for span in CODE_SPAN.finditer(line):   # leave what is already code alone
-            out.append(plain(line[pos:span.start()]) + span.group(0))
+            out.append(plain(line[pos:span.start()], put) + span.group(0))
             pos = span.end()
-        lines.append("".join(out) + plain(line[pos:]))
+        lines.append("".join(out) + plain(line[pos:], put))
         prev = line
     return "\n".join(lines).strip()
 
 
-def plain(text):
-    """Markdown that shows `text` as the source writes it: `_x_` as code, 2*m*n as is."""
-    return INNER_STAR.sub(r"\*", EDGE_UNDERSCORE.sub(r"`\1`", text))
+def plain(text, put=None):
+    """Markdown that shows `text` as the source writes it: `_x_` as code, 2*m*n as is, and
+    each `$...$` set aside by `put` (see notes_markdown)."""
+    pieces = MATH_INLINE.split(text) if put else [text]       # text, math, text, ...
+    return "".join(put(p, False) if k % 2 else
+                   INNER_STAR.sub(r"\*", EDGE_UNDERSCORE.sub(r"`\1`", p))
+                   for k, p in enumerate(pieces))
 
+
+def notes_html(markdown, text, links):
+    """A note (Markdown with math) -> HTML: typeset, linked, and each paragraph that opens
+    with "Engineering:" in a closed aside (it serves speed or scale, not the idea)."""
+    maths = []
+    blocks, html_parts, run = notes_markdown(text, maths).split("\n\n"), [], []
+
+    def flush():
+        if run:
+            html_parts.append(markdown_html(markdown, "\n\n".join(run)))
+            run.clear()
+    for block in blocks:
+        if block.startswith(ASIDE):
+            flush()
+            body = markdown_html(markdown, block[len(ASIDE):].strip())
+            html_parts.append(f'<details class="aside"><summary>Engineering</summary>{body}'
+                              "</details>")
+        else:
+            run.append(block)
+    flush()
+    out = links.html("\n".join(html_parts))
+    out = re.sub(r"<p>⟦(\d+)⟧</p>", lambda m: f'<div class="math">{maths[int(m.group(1))]}</div>',
+                 out)
+    return PLACE.sub(lambda m: maths[int(m.group(1))], out)
+
+
+# ----------------------------------------------------------------------------- pages
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -322,6 +622,15 @@ main { border-top: 1px solid #e4e4e8; }
 h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background: #fff;
             border-bottom: 2px solid #e4e4e8; }
 ol.path li { margin: .5em 0; }
+/* Typeset math: a display equation scrolls in its own box, never the page. */
+.math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
+math { font-size: 1.1em; font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math",
+       math; }
+math[display="block"] { margin: .2em 0; }
+mtd { text-align: left; padding: .2em 1.2em .2em 0; math-style: normal; }
+details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
+                color: #444; background: #fafafc; }
+details.aside summary { cursor: pointer; color: #666; font-size: .9em; }
 ol.path .file { font-weight: 600; }
 @media (max-width: 56rem) {
   .section { grid-template-columns: minmax(0, 1fr); }
@@ -342,7 +651,8 @@ def page_name(file):
 
 
 def nav(k):
-    """The bar above and below page k (0-based; -1 for the index): home, position, prev/next."""
+    """The bar above and below page k (0-based; -1 for the index): home, position, prev/next,
+    the paper and the official code."""
     parts = [f'<a class="home" href="index.html">{TITLE}</a>']
     if k >= 0:
         parts.append(f"<span>{k + 1} / {len(READING_PATH)}</span>")
@@ -355,6 +665,7 @@ def nav(k):
     else:
         parts.append(f'<a rel="next" href="{page_name(READING_PATH[0])}">'
                      f"start: {READING_PATH[0]} &rarr;</a>")
+    parts.append(f'<a href="{PAPER}">the paper</a> <a href="{OFFICIAL}">official code</a>')
     return " ".join(parts)
 
 
@@ -400,15 +711,17 @@ def figure_html(fig, markdown, root, out):
     return f'<figure class="{kind}">\n{body}\n<figcaption>{caption}</figcaption>\n</figure>'
 
 
-def render_page(k, file, root, out, libs):
+def render_page(k, file, root, out, libs, defs):
     """The HTML of page k (file); figures are copied into out."""
     markdown, highlight, HtmlFormatter, PythonLexer = libs
-    intro, sections = parse((root / file).read_text(encoding="utf-8"))
+    source = (root / file).read_text(encoding="utf-8")
+    intro, sections = parse(source)
+    names, stem = definitions(source), Path(file).stem
     lexer, fmt = PythonLexer(), HtmlFormatter(nowrap=True)
     body = [f'<header class="intro"><h1>{k + 1}. <code>{file}</code></h1>']
     first, _, rest = intro.partition("\n\n")                # the first paragraph leads
-    body.append(f'<div class="lead">{markdown_html(markdown, notes_markdown([first]))}</div>')
-    body.append(markdown_html(markdown, notes_markdown([rest])) + "</header>")
+    body.append(f'<div class="lead">{notes_html(markdown, first, Links(defs, stem))}</div>')
+    body.append(notes_html(markdown, rest, Links(defs, stem)) + "</header>")
     body += [figure_html(f, markdown, root, out) for f in FIGURES.get(file, [])]
     body.append("<main>")
     n_heading = 0
@@ -417,12 +730,17 @@ def render_page(k, file, root, out, libs):
             n_heading += 1
             body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
             continue
-        notes = markdown_html(markdown, notes_markdown(s.notes)) if s.notes else ""
+        # the definitions that start in this block: anchors for the notes that name them
+        here = tuple(names[i] for i in range(s.first_line, s.first_line + len(s.code))
+                     if i in names) if s.code else ()
+        notes = notes_html(markdown, "\n".join(s.notes), Links(defs, stem, here)) \
+            if s.notes else ""
         code, anchor = "", ""
         if s.code:                  # each block can be linked to: page.html#L42, its first line
             lines = "\n".join(s.code)
             anchor = f' id="L{s.first_line}"'
-            code = (f'<a class="line" href="#L{s.first_line}">line {s.first_line}</a>'
+            targets = "".join(f'<span id="{html.escape(n)}"></span>' for n in here)
+            code = (f'{targets}<a class="line" href="#L{s.first_line}">line {s.first_line}</a>'
                     f'<pre class="highlight"><code>{highlight(lines, lexer, fmt)}</code></pre>')
         body.append(f'<div class="section"{anchor}><div class="notes">{notes}</div>'
                     f'<div class="code">{code}</div></div>')
@@ -430,24 +748,37 @@ def render_page(k, file, root, out, libs):
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
 
 
-def render_index(root, out, libs):
+# The idea, before the reading path: what a reader should hold in mind on every page.
+IDEA = """ELECTRA (Clark, Luong, Le and Manning, ICLR 2020) trains a text encoder on a
+different question. BERT hides 15 % of the words and learns from guessing those alone.
+ELECTRA lets a small masked language model, the generator G, fill the hidden places with
+plausible words, and trains the discriminator D to say for *every* word whether it is the
+original or a replacement. D is the model we keep: it learns from all the words of every
+sentence, and at equal compute it fine-tunes to better GLUE scores than BERT (Table 1; §3.5
+traces the gain to the loss over all tokens). One step (§2):
+
+$$ m = k "random positions of" x
+   x^masked = REPLACE(x, m, [MASK])
+   x̂_i ∼ p_G(x_i | x^masked) for i ∈ m
+   x^corrupt = REPLACE(x, m, x̂)
+   min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
+
+The pages read that step as this project's code, notes beside it. Each note says whose word
+it gives: *the paper says* (linked to its page), *the official code does* (google-research/electra,
+linked to its file), or *this code does*; engineering for speed or scale waits in closed
+asides."""
+
+
+def render_index(root, out, libs, defs):
     markdown = libs[0]
     items = []
     for k, file in enumerate(READING_PATH):
         intro, _ = parse((root / file).read_text(encoding="utf-8"))
-        first = markdown_html(markdown, intro.partition("\n\n")[0])
+        first = notes_html(markdown, intro.partition("\n\n")[0], Links(defs, "index"))
         first = re.sub(r"^<p>|</p>$", "", first)
         items.append(f'<li><a class="file" href="{page_name(file)}">{file}</a> - {first}</li>')
-    body = [f'<div class="index"><h1>{TITLE}</h1>',
-            '<p class="lead">ELECTRA (Clark, Luong, Le, Manning; ICLR 2020, <em>Pre-training Text '
-            "Encoders as Discriminators Rather Than Generators</em>) read as this project's code, "
-            "in the paper's order: on every page the notes are on the left and the code they "
-            "describe on the right.</p>",
-            "<p>Every note is the source's own docstring or comment, and the pages are built "
-            "from the source files by <code>python teaching/annotate.py</code>, so they say "
-            "what the code says. The paper's sections are named in the notes; equations are "
-            "shown as the files write them. A narrow window shows each note above its "
-            "code.</p>"]
+    idea = notes_html(markdown, IDEA, Links(defs, "index"))
+    body = [f'<div class="index"><h1>{TITLE}</h1>', f'<div class="lead">{idea}</div>']
     body += [figure_html(f, markdown, root, out) for f in FIGURES.get("index", [])]
     body.append("<h2>The reading path</h2>")
     body.append('<ol class="path">' + "\n".join(items) + "</ol>")
@@ -459,7 +790,8 @@ def render_index(root, out, libs):
 
 def build(out, root=ROOT):
     """Write the pages into the folder `out` (replaced whole, never half-written); returns the
-    list of pages written. AnnotateError on a missing library, figure or source file."""
+    list of pages written. AnnotateError on a missing library, figure or source file, or an
+    equation the notation cannot read."""
     libs = libraries()
     root, out = Path(root), Path(out)
     missing = [f for f in READING_PATH if not (root / f).is_file()]
@@ -468,13 +800,18 @@ def build(out, root=ROOT):
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AnnotateError(f"{out}: a folder with other files in it; give --out a new or "
                             "empty folder (a folder of earlier pages is replaced)")
+    defs = {Path(f).stem: set(definitions((root / f).read_text(encoding="utf-8")).values())
+            for f in READING_PATH}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out.parent))
     tmp.chmod(0o755)                               # mkdtemp's folder is private; pages are not
     try:
-        pages = {"index.html": render_index(root, tmp, libs)}
+        pages = {"index.html": render_index(root, tmp, libs, defs)}
         for k, file in enumerate(READING_PATH):
-            pages[page_name(file)] = render_page(k, file, root, tmp, libs)
+            try:
+                pages[page_name(file)] = render_page(k, file, root, tmp, libs, defs)
+            except AnnotateError as e:
+                raise AnnotateError(f"{file}: {e}") from None
         for name, text in pages.items():
             (tmp / name).write_text(text, encoding="utf-8")
         # Pygments' colours, then one rule of ours: the code column's own background shows

@@ -3,14 +3,17 @@ source and can never be out of date.
 
 Built in a temporary folder, every reading-path file has its page, in the README's order; every
 line of code of a file appears on its page exactly once and in order, and every comment and
-docstring among the notes; every link and image resolves inside the folder, and nothing is
-fetched from the network; a changed comment changes its page. The step table (docs/one_step.json,
-teaching/one_step.py) is checked against the rules of §2, and in headless Chromium the two
-columns sit side by side at a desktop width and stack at a phone width.
+docstring among the notes; every equation is typeset (MathML), and no raw LaTeX or ASCII
+equation is left in the notes; every link and image resolves inside the folder (every anchor
+included), names link to their definitions, every page to the paper, and nothing is fetched
+from the network; a changed comment changes its page. The step table (docs/one_step.json,
+teaching/one_step.py) is checked against the rules of §2; in headless Chromium the two columns
+sit side by side at a desktop width and stack at a phone width, and at 420 px no page is wider
+than the window. The notes' claim about λ under Adam is checked on a tiny model.
 
-The build needs the optional Markdown renderer (`pip install markdown`) and the browser test
-Debian's `chromium`: without them those tests skip with the reason; the parser's tests and the
-one-line error without the renderer run everywhere."""
+The build needs the optional Markdown renderer (`pip install markdown`) and the browser tests
+Debian's `chromium`: without them those tests skip with the reason; the parser's and the math
+notation's tests and the one-line error without the renderer run everywhere."""
 import ast
 import html
 import io
@@ -86,6 +89,35 @@ def test_parse_splits_notes_from_code():
     assert x.first_line == 10 and ret.first_line == 21
 
 
+def test_the_math_notation_becomes_mathml():
+    m = annotate.mathml
+    assert m("L_MLM") == "<math><mrow><msub><mi>L</mi><mi>MLM</mi></msub></mrow></math>"
+    key = m("min_{θ_G, θ_D} sum_{x ∈ X} L_MLM(x, θ_G) + λ L_Disc(x, θ_D)", display=True)
+    assert key.startswith('<math display="block">') and key.count("<munder>") == 2
+    assert '<mo movablelimits="true">min</mo>' in key and ">∑</mo>" in key and "<mi>λ</mi>" in key
+    assert "<msup><mi>x</mi><mi>masked</mi></msup>" in m("x^masked")
+    assert "<msubsup><mi>x</mi><mi>t</mi><mi>corrupt</mi></msubsup>" in m("x^corrupt_t")
+    assert "<mo>≠</mo>" in m("a != b") and "<mo>←</mo>" in m("m <- g")
+    assert "<mo>−</mo>" in m("1 - p")
+    assert "<mo>{</mo>" in m("unif{1, n}") and "<msqrt>" in m("√{1 − β_2^t}")   # braces vs groups
+    assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
+    rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
+    assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
+    for bad in ["x_", "x_{t", "^2", "a \\ b"]:
+        with pytest.raises(annotate.AnnotateError, match="math `"):
+            m(bad)
+
+
+def test_the_equation_rule_can_fail():
+    """What the pages are checked for: the rule flags raw LaTeX and ASCII equations."""
+    for raw in ["L_{MLM}", "\\lambda", "$x$", "λ = 50", "k = round(0.15 n)", "x ~ p_G",
+                "a != b", "m <- g", "a ≤ b", "2*m*n", "sum_{i in m}", "E[ x ]", "e(x)^T h"]:
+        assert ASCII_EQUATION.search(raw), raw
+    for prose in ["x_masked and x_corrupt", "lr 5e-4, batch 128", "1.29e18 FLOPs", "(B, T)",
+                  "--max_steps 3000", "85 / 0 / 15 %", "max_len tokens", "dense, GELU"]:
+        assert not ASCII_EQUATION.search(prose), prose
+
+
 def test_missing_renderer_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "markdown", None)          # import markdown fails
     with pytest.raises(annotate.AnnotateError, match="pip install markdown"):
@@ -137,7 +169,48 @@ class Page(HTMLParser):
 
 
 def words(text):
+    """The words of a text, equations read as their symbols ($x^masked_t$: x masked t)."""
+    text = re.sub(r"\$+([^$]*)\$+", lambda m: re.sub(r"[_^{}]", " ", m.group(1)), text)
     return " ".join(re.findall(r"\w+", text))
+
+
+# An equation left untypeset: raw LaTeX or math markers, a sub- or superscript group, a limit,
+# an expectation, an operator between terms (=, ~, ←, ≠, ≤, ≥ and their ASCII spellings), 2*m*n.
+ASCII_EQUATION = re.compile(
+    r"\$|\\[A-Za-z]|\w_\{|\^\{|\^T\b|\w\^\w|\b(?:sum|min|max|argmax)_(?:\{|\w\b)|\bsum[{(]"
+    r"|\bE\[|\s~\s|<-|!=|<=|>=|[≠≤≥←∼]|\w\s?=\s?[\w(−-]|\d\s?\*\s?[a-z]")
+
+
+class NoteText(HTMLParser):
+    """The text of a page a reader reads as prose: everything but the code column, code spans,
+    code blocks, figures, navigation and typeset math; `maths` counts the <math> elements."""
+    SKIP = ("nav", "figure", "pre", "code", "math")
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.text, self.maths, self.aside_words = [], [], 0, 0
+        self.details = 0
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.maths += tag == "math"
+        self.details += tag == "details"
+        if self.stack:
+            self.stack += [tag] if tag in self.SKIP + ("div",) else []
+        elif tag in self.SKIP or (tag == "div" and a.get("class") == "code"):
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if self.stack and tag in self.SKIP + ("div",):
+            self.stack.pop()
+        self.details -= tag == "details"
+
+    def handle_data(self, data):
+        if not self.stack:
+            self.text.append(data)
+            if self.details:
+                self.aside_words += len(data.split())
 
 
 def expected_code(source):
@@ -168,9 +241,12 @@ def built(tmp_path_factory):
 def test_every_reading_path_file_has_its_page_in_order(built):
     out, pages = built
     assert pages == ["index.html"] + [Path(f).stem + ".html" for f in READING_PATH]
-    index = Page((out / "index.html").read_text(encoding="utf-8"))
-    in_order = [r for t, r in index.refs if t == "a" and r.endswith(".html") and r != "index.html"]
-    assert in_order[1:-1] == [Path(f).stem + ".html" for f in READING_PATH]   # and 2 "start"
+    index = (out / "index.html").read_text(encoding="utf-8")
+    in_order = re.findall(r'<a class="file" href="([^"]+)"', index)
+    assert in_order == [Path(f).stem + ".html" for f in READING_PATH]
+    # the index states the idea before the reading path, key equation included
+    idea = index[:index.index("The reading path")]
+    assert "discriminator D" in idea and "every" in idea and idea.count("<math") == 1
     for k, f in enumerate(READING_PATH):
         text = (out / (Path(f).stem + ".html")).read_text(encoding="utf-8")
         assert f"<h1>{k + 1}. <code>{f}</code></h1>" in text
@@ -219,6 +295,97 @@ def test_every_link_and_image_resolves_offline(built):
             n_images += tag == "img"
     assert n_images == sum(f.src.endswith(".png") for figs in FIGURES.values() for f in figs)
     assert (out / "style.css").stat().st_size > 1000
+
+
+PAGES = ["index.html"] + [Path(f).stem + ".html" for f in READING_PATH]
+
+
+def source_maths(file):
+    """How many equations the notes of a file write ($...$ and $$...$$), by a count of the
+    test's own over what the parser hands the page (its docstrings and comment notes)."""
+    intro, sections = annotate.parse((ROOT / file).read_text(encoding="utf-8"))
+    notes = "\n".join([intro] + ["\n".join(s.notes) for s in sections])
+    display = re.findall(r"\$\$.*?\$\$", notes, re.S)
+    rest = re.sub(r"\$\$.*?\$\$", "", notes, flags=re.S)
+    return len(display) + len(re.findall(r"\$[^$\n]+\$", rest))
+
+
+@needs_markdown
+@pytest.mark.parametrize("page", PAGES)
+def test_every_equation_is_typeset(built, page):
+    """No raw LaTeX or ASCII equation is left in what a reader reads as prose (ASCII_EQUATION),
+    no code block among the notes holds an equation, and every equation the source writes is
+    a <math> element on the page."""
+    out, _ = built
+    text = (out / page).read_text(encoding="utf-8")
+    prose = NoteText(text)
+    left = [" ".join(t.split())[:80] for t in prose.text if ASCII_EQUATION.search(t)]
+    assert not left, f"{page}: untypeset equations in the notes: {left}"
+    for block in re.findall(r"<pre><code>(.*?)</code></pre>", text, re.S):   # notes' blocks
+        for line in html.unescape(block).splitlines():
+            if not re.match(r"\s*(python|bash|torchrun|pip|GLUE_DIR)\b", line):
+                assert not re.search(r"=|←|∼| ~ |\bsum\b|\^", line), f"{page}: {line}"
+    if page != "index.html":
+        file = READING_PATH[PAGES.index(page) - 1]
+        assert prose.maths == source_maths(file), page
+    if page == "objectives.html":        # the key equation, displayed
+        key = re.search(r'<div class="math"><math display="block">(.*?)</math>', text, re.S)
+        assert key and "L</mi><mi>MLM" in text and "<mi>λ</mi>" in text
+
+
+@needs_markdown
+def test_names_link_to_their_definitions_and_pages_to_the_paper(built):
+    out, _ = built
+    for file in READING_PATH:
+        page = (out / (Path(file).stem + ".html")).read_text(encoding="utf-8")
+        ids = Page(page).ids
+        tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+        for node in tree.body:              # every definition has its anchor
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                assert node.name in ids, (file, node.name)
+        # every page links to the paper's pages; a note naming an official file links to it
+        assert re.search(r'href="https://arxiv\.org/pdf/2003\.10555v1#page=\d+"', page), file
+        for base in annotate.OFFICIAL_FILES:
+            if re.search(rf"\b{base}\.(py|[a-z_]+)\b", " ".join(NoteText(page).text)):
+                assert annotate.OFFICIAL_FILE.format(annotate.OFFICIAL_FILES[base]) in page, \
+                    (file, base)
+    objectives = (out / "objectives.html").read_text(encoding="utf-8")
+    assert '<a href="#mask_tokens"><code>mask_tokens</code></a>' in objectives   # a name, here
+    assert 'href="pretrain/pretrain_helpers.py"' not in objectives
+    assert 'href="batches.html#Prefetcher"' in objectives                         # elsewhere
+    train = (out / "train.html").read_text(encoding="utf-8")
+    assert 'href="objectives.html#Pretraining"' in train and 'href="optim.html"' in train
+
+
+@needs_markdown
+def test_engineering_waits_in_closed_asides(built):
+    """No page opens with engineering: a page's first aside comes after its lead and some
+    notes, every aside is closed, and the notes a reader sees stay lean."""
+    out, _ = built
+    seen = 0
+    for page in PAGES:
+        text = (out / page).read_text(encoding="utf-8")
+        assert "<details open" not in text and "<details class=\"aside\" open" not in text
+        if "<details" in text:
+            before = NoteText(text[:text.index("<details")])
+            assert len(" ".join(before.text).split()) > 40, page
+        prose = NoteText(text[text.index("<body>"):])
+        seen += len(" ".join(prose.text).split()) - prose.aside_words
+    train = (out / "train.html").read_text(encoding="utf-8")
+    assert train.count('<details class="aside">') >= 8
+    assert "torch.compile" not in " ".join(NoteText(train[:train.index("<main>")]).text)
+    assert seen < 6500, f"{seen} words of notes outside the asides: the pages should stay lean"
+
+
+@needs_markdown
+def test_a_bad_equation_stops_the_build_in_one_line(tmp_path):
+    copy_project(tmp_path / "src")
+    gen = tmp_path / "src" / "generator.py"
+    gen.write_text(gen.read_text(encoding="utf-8").replace(
+        "import torch\n", "import torch\n# $x_{t+1$ never closed\n", 1), encoding="utf-8")
+    with pytest.raises(annotate.AnnotateError, match=r"^generator\.py: math `x_\{t\+1`"):
+        annotate.build(tmp_path / "out", root=tmp_path / "src")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".annotated-*"))
 
 
 def copy_project(dst):
@@ -371,3 +538,91 @@ def test_in_chromium_columns_side_by_side_on_a_desktop_stacked_on_a_phone(built,
         chromium(tmp_path, width, f"--screenshot={shot}", (out / page).as_uri())
         colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
         assert len(colours) > 50, f"{page} at {width}px looks blank"
+
+
+# Measured from the page that frames them all, once everything has loaded (file:// pages may
+# read each other with --allow-file-access-from-files): each page's width against its frame's,
+# whether every box wider than itself scrolls, and whether the key equation fits whole.
+FRAME_PROBE = """<script>
+addEventListener('load', () => document.body.setAttribute('data-probe', JSON.stringify(
+  [...document.querySelectorAll('iframe')].map(f => {
+    const w = f.contentWindow, d = w.document.documentElement;
+    const key = [...d.querySelectorAll('.math')].find(
+      b => b.textContent.includes('min') && b.textContent.includes('λ'));
+    return {page: f.getAttribute('src'), width: w.innerWidth, page_width: d.scrollWidth,
+            client: d.clientWidth,
+            boxes: [...d.querySelectorAll('.math, .table-scroll, pre')].map(b =>
+              [b.className, b.scrollWidth <= b.clientWidth + 1, w.getComputedStyle(b).overflowX]),
+            key: key ? key.scrollWidth <= key.clientWidth + 1 : null};
+  }))));
+</script>"""
+
+
+@needs_markdown
+@needs_chromium
+def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
+    """Every page in a 420 px frame (headless Chromium's own window is never under 500 px):
+    the page is never wider than the frame, every equation fits whole, and what is wider (the
+    step table, a long line of code) scrolls in its own box."""
+    out, pages = built
+    site = tmp_path / "site"
+    shutil.copytree(out, site)
+    frames = "".join(f'<iframe src="{p}" style="width:420px;height:600px"></iframe>'
+                     for p in pages)
+    (site / "frames.html").write_text(f"<!DOCTYPE html><html><body>{frames}{FRAME_PROBE}"
+                                      "</body></html>", encoding="utf-8")
+    dom = chromium(tmp_path, 1000, "--allow-file-access-from-files", "--dump-dom",
+                   (site / "frames.html").as_uri())
+    m = re.search(r'data-probe="([^"]*)"', dom)
+    assert m, "the frames did not report"
+    results = {r["page"]: r for r in json.loads(html.unescape(m.group(1)))}
+    assert sorted(results) == sorted(pages)
+    for page, r in results.items():
+        assert r["width"] == 420 and r["page_width"] <= r["client"], (page, r["page_width"])
+        for kind, fits, overflow in r["boxes"]:
+            assert fits if kind == "math" else fits or overflow in ("auto", "scroll"), (page, kind)
+    assert results["objectives.html"]["key"] is True          # min ... L_MLM + λ L_Disc
+
+
+def test_the_lambda_note_holds(one_thread):
+    """objectives.ELECTRA.forward's note: under Adam, λ cancels (but for ε) in the steps of the
+    weights only one loss reaches, D's own and G's own, and changes the shared embeddings'
+    step; and the clip at norm 1, which λ's gradients set off, scales G's gradient down too.
+    One step of the tiny model at λ = 1 and at λ = 50."""
+    from contextlib import nullcontext
+    import torch
+    from ablations import build_model
+    from config import SIZES, Config
+    from objectives import mask_tokens
+    from optim import AdamWeightDecay
+    from train import update
+
+    shared = lambda k: ".embeddings." in k
+    d_own = lambda k: k.startswith("discriminator.") and not shared(k)
+    g_own = lambda k: k.startswith("generator.") and not shared(k)
+
+    def step(lam, clip):
+        """The update of every weight, and the norm of G's own gradient after the clip."""
+        cfg = Config(**SIZES["tiny"], vocab_size=300, disc_weight=lam)
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        before = {k: v.detach().clone() for k, v in model.named_parameters()}
+        opt = AdamWeightDecay(model.parameters(), lr=5e-4, eps=1e-30)   # ε out of the way
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, 296, (8, 64), generator=g)
+        masked = mask_tokens(x, (), 299, cfg.n_slots, generator=g)
+        torch.manual_seed(2)
+        update(model, opt, dict(x=x, masked=masked), clip, nullcontext)
+        grad_g = sum(p.grad.norm() ** 2 for k, p in model.named_parameters() if g_own(k)) ** .5
+        return {k: v.detach() - before[k] for k, v in model.named_parameters()}, float(grad_g)
+
+    def apart(a, b, part):
+        # (qkv biases left out: the keys' bias gets no gradient but rounding noise)
+        keys = [k for k in a if part(k) and "qkv.bias" not in k]
+        return float(sum((a[k] - b[k]).norm() ** 2 for k in keys) ** .5 /
+                     sum(a[k].norm() ** 2 for k in keys) ** .5)
+    (a, grad_a), (b, grad_b) = step(1.0, 1e9), step(50.0, 1e9)        # no clip
+    assert apart(a, b, d_own) < 1e-4 and apart(a, b, g_own) < 1e-6 and grad_a == grad_b
+    assert apart(a, b, shared) > 0.1
+    (_, grad_a), (_, grad_b) = step(1.0, 1.0), step(50.0, 1.0)        # the clip at norm 1
+    assert grad_b < grad_a / 2
