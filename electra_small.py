@@ -109,7 +109,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=cli.positive_float, default=None,
                    help="peak learning rate (Table 6: 5e-4)")
     p.add_argument("--optimizer", choices=["official", "torch"], default=None,
-                   help="official: Adam without bias correction, as the paper (default); "
+                   help="official: Adam without bias correction, as the official code (default); "
                         "torch: torch.optim.AdamW")
     p.add_argument("--log_every", type=cli.positive_int, default=100,
                    help="steps between progress lines")

@@ -176,12 +176,12 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # Appending: a resumed run continues the same log.
     log_file = open(out / "log.jsonl", "a") if main else None
     # Engineering: on a GPU a thread prepares the next batches (on a CPU it would only take
-    # cores from the step); --profile N records N steps with torch.profiler.
+    # cores from the step); --profile N records N steps with torch.profiler; on a CPU the run
+    # picks its thread count from timed steps (machinery/threads.py: two threads are faster on
+    # an idle machine, one on a busy laptop).
     fetch = Prefetcher(make_batch) if device.type == "cuda" else make_batch
     prof = start_profile(args.profile, out, device) if getattr(args, "profile", None) and main \
         else None
-    # On a CPU the run picks its thread count from timed steps (machinery/threads.py): two
-    # threads are faster on an idle machine, one on a busy laptop.
     threads = ThreadChooser.for_run(device, args, dist.world, say)
     sums, interval_start, interval_steps = {}, time.time(), 0
     last_ckpt, t0, elapsed0 = time.time(), time.time(), st["elapsed"]

@@ -1,6 +1,6 @@
 """The Annotated ELECTRA: the paper's reading path as web pages, the notes beside the code.
 
-Each file of the reading path (README, "Reading path"; READING_PATH below, in that order)
+Each file of the reading path (README, "Where things are"; READING_PATH below, in that order)
 becomes one page, built from the source itself so that the notes cannot drift from the code:
 
     the file's docstring                  -> the page's introduction (it names the paper section)
