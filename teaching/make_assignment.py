@@ -447,13 +447,13 @@ def zip_path(spec, out):
     path = Path(spec)
     if path.suffix != ".zip":
         raise AssignmentError(f"--autograder {spec}: name a .zip file, e.g. ../hw1-autograder.zip")
+    if Path(out).resolve() in path.resolve().parents:
+        raise AssignmentError(f"--autograder {spec}: inside the student copy {out}, which "
+                              f"students get; put it elsewhere")
     if not path.resolve().parent.is_dir():
         raise AssignmentError(f"--autograder {spec}: no folder {path.parent}; create it first")
     if path.exists() and not path.is_file():
         raise AssignmentError(f"--autograder {spec}: exists and is not a file; pick another name")
-    if Path(out).resolve() in path.resolve().parents:
-        raise AssignmentError(f"--autograder {spec}: inside the student copy {out}, which "
-                              f"students get; put it elsewhere")
     return path
 
 
