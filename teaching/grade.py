@@ -57,6 +57,7 @@ PUBLIC = "tests/parts/test_part_{}.py"
 LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
 MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold
 MESSAGE_CHARS = 240                       # a failure message is cut to one line of this length
+EXIT_GRACE_S = 10                         # how long the tests' process may take to end
 SKIP_DIRS = {"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints"}
 GRADESCOPE_ROOT = "/autograder"
 
@@ -275,12 +276,13 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
                                     preexec_fn=limit_output)
         reader, started = Log(log), time.time()
         current, current_t, used = None, None, {p: 0.0 for p in pending}
-        ran_any, killed, rc = False, None, None
+        ran_any, killed, rc, this_run, done_t = False, None, None, [], None
 
         def handle(rec):
             nonlocal current, current_t, ran_any
             if "collected" in rec:
                 fresh = {}
+                this_run[:] = rec["collected"]
                 for nid in rec["collected"]:
                     fresh.setdefault(part_of(nid), []).append(nid)
                 collected.update(fresh)
@@ -306,7 +308,13 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
                 break
             now = time.time()
             part = part_of(current) if current else None
-            if part in used and used[part] + now - current_t > limits[part]:
+            if this_run and all(n in results for n in this_run):
+                # every test finished: a process that does not end (a thread the code started
+                # that never stops) is stopped after a grace period, with nothing lost
+                done_t = done_t or now
+                if now - done_t > EXIT_GRACE_S:
+                    killed = (None, None)
+            elif part in used and used[part] + now - current_t > limits[part]:
                 killed = (part, f"stopped after {limits[part]:g} s, the time limit of this part, "
                                 f"in {test_name(current)}: an endless loop, or far too slow")
             elif not ran_any and now - started > startup_s:
@@ -326,11 +334,11 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
                     and all(n in results for n in collected[p])]
         if killed and killed[0]:
             stopped[killed[0]] = killed[1]
-        elif killed:
+        elif killed and killed[1]:
             for p in pending:
                 if p not in complete:
                     stopped.setdefault(p, killed[1])
-        elif any(p not in complete and p not in stopped for p in pending):
+        elif not killed and any(p not in complete and p not in stopped for p in pending):
             if current:
                 stopped[part_of(current)] = stopped_because(rc, current, out)
             elif not ran_any:
@@ -589,6 +597,21 @@ def _message(report):
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     line = lines[0] if lines else "failed"
     return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
+
+
+if _LOG:
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def _grader_restores_global_state():
+        """What one part's code may change for the tests after it, put back after each test."""
+        import torch
+        dtype, grad, threads = torch.get_default_dtype(), torch.is_grad_enabled(), \
+            torch.get_num_threads()
+        yield
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
 
 
 def pytest_collection_finish(session):
