@@ -190,6 +190,15 @@ def test_a_grader_that_cannot_start_still_leaves_results(built, tmp_path):
     assert r["score"] == 0 and "the grader failed (JSONDecodeError" in r["output"]
 
 
+def test_a_run_past_its_time_budget_still_writes_every_part(built, tmp_path):
+    """The whole run stops within tests/grading.json's budget_s (under Gradescope's limit), and
+    every part not graded by then says so (here a budget too short to start the tests)."""
+    entries = check_results(run(built, tmp_path, ROOT, budget_s=0.5))
+    assert sorted(entries) == sorted((p, k) for p in ALL for k in ("public", "hidden"))
+    for t in entries.values():
+        assert t["score"] == 0 and "time ran out" in t["output"], t["output"]
+
+
 def test_a_student_copy_prints_the_public_score_table(tmp_path):
     out = tmp_path / "hw2"
     assert ma.main(["--out", str(out), "--parts", "sample,flops", "--points", "sample=10"]) == 0
