@@ -31,17 +31,18 @@ PROJECT = "project"                   # the grader's copy inside the zip (and /a
 HIDDEN = "tests/hidden/test_hidden.py"
 
 SETUP_SH = f"""#!/usr/bin/env bash
-# Gradescope runs this once, as root, while it builds the autograder's image (base image: Ubuntu
-# 22.04). It installs Python, a virtual environment at {VENV} with CPU-only PyTorch (the
-# default wheel brings CUDA libraries a grader never uses) and the project's requirements.
-# Nothing is downloaded later, while grading.
+# Gradescope runs this once, as root, while it builds the autograder's image (base image:
+# Ubuntu 22.04). It installs Python, a virtual environment at {VENV} with
+# CPU-only PyTorch (the default wheel brings CUDA libraries a grader never uses) and the
+# project's requirements. Nothing is downloaded later, while grading.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip
 python3 -m venv {VENV}
 {VENV}/bin/pip install --no-cache-dir --upgrade pip
-{VENV}/bin/pip install --no-cache-dir "{{torch}}" --index-url https://download.pytorch.org/whl/cpu
+{VENV}/bin/pip install --no-cache-dir "{{torch}}" \\
+    --index-url https://download.pytorch.org/whl/cpu
 {VENV}/bin/pip install --no-cache-dir -r /autograder/source/{PROJECT}/requirements.txt
 {VENV}/bin/python -c "import numpy, pytest, torch; print('torch', torch.__version__, 'ready')"
 """
@@ -49,9 +50,9 @@ python3 -m venv {VENV}
 RUN_AUTOGRADER = f"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. It grades /autograder/submission with the grader's
 # own copy of the project (/autograder/source/{PROJECT}) and writes
-# /autograder/results/results.json. AUTOGRADER_ROOT (default /autograder) and AUTOGRADER_PYTHON
-# (default {VENV}/bin/python) let it run anywhere else, as `python teaching/grade.py --check`
-# does.
+# /autograder/results/results.json. AUTOGRADER_ROOT (default /autograder) and
+# AUTOGRADER_PYTHON (default {VENV}/bin/python) let it run anywhere else,
+# as `python teaching/grade.py --check` does.
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{AUTOGRADER_PYTHON:-{VENV}/bin/python}}"
 [ -x "$PYTHON" ] || PYTHON=python3

@@ -28,7 +28,6 @@ run stops within the time budget of tests/grading.json, so Gradescope always fin
 This file is also the pytest plugin (`-p teaching.grade`) that reports each test to the grader:
 the hooks at the end. It imports neither torch nor the project's code: the tests do that, in
 their own process."""
-import argparse
 import ast
 import json
 import os
@@ -47,6 +46,7 @@ from pathlib import Path
 if not __package__:   # run as a path (python teaching/grade.py): import from the project root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from machinery import cli
 from teaching import autograder
 from teaching import make_assignment as ma
 
@@ -492,8 +492,8 @@ def grade(source, submission, hidden, results_path=None, say=print):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Grade the assignment's parts: the public tests' "
-                                 "score table, or Gradescope's results.json.")
+    ap = cli.Parser(description="Grade the assignment's parts: the public tests' score table, or "
+                                "Gradescope's results.json.")
     ap.add_argument("--submission", help="the folder to grade (default: this copy)")
     ap.add_argument("--gradescope", action="store_true",
                     help="grade $AUTOGRADER_ROOT/submission (default /autograder) with the hidden "
