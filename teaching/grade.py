@@ -347,11 +347,15 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
             else:
                 first = next(p for p in pending if p not in complete and p not in stopped)
                 stopped[first] = stopped_because(rc, None, out)
+        left = [p for p in pending if p not in complete and p not in stopped]
+        if left == pending:                     # no progress: never start the same run again
+            stopped[left[0]] = stopped_because(rc, current, out)
+            left = left[1:]
         for p in pending:
             seconds[p] = used[p]
             if p in stopped and p not in complete:
                 say(f"  {p}: {stopped[p]}")
-        pending = [p for p in pending if p not in complete and p not in stopped]
+        pending = left
     return results, collected, stopped, seconds
 
 
