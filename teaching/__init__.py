@@ -1,8 +1,13 @@
 """Teaching: the Annotated ELECTRA and course assignments, both made from the reference code.
 
     make_assignment.py  a student copy with chosen functions blank, graded part by part
+    grade.py            the grader: a copy's score table, Gradescope's results.json
+    autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
+    hidden_tests.py     the hidden tests, shipped only in the autograder.zip
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code
     one_step.py         one real step on one sentence as a table (a picture for those pages)
 
-    python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt
+    python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt \
+        --autograder ../hw1-autograder.zip
+    python teaching/grade.py --check ../hw1-autograder.zip    # the reference: full marks
     python teaching/annotate.py                      # -> out_annotated/index.html"""

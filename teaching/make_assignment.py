@@ -6,6 +6,8 @@ marked in the source between `# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT <
 
     python teaching/make_assignment.py --out ../electra-student                  # all eleven parts
     python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt  # a first homework
+    python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt \
+        --autograder ../hw1-autograder.zip --points mask=10,sample=5,corrupt=5  # and Gradescope's
     python teaching/make_assignment.py --list                                    # the parts
 
 writes a copy of the project in which each chosen part's body is `raise NotImplementedError`
@@ -15,6 +17,13 @@ in tests/parts/, one file per part: `python -m pytest tests/parts/test_part_mask
 part. In the copy, the tests of blanked parts fail and all others pass; a part is done when its
 file passes. tests/test_assignments.py checks exactly that, on the reference and on copies.
 
+Points per part are set here, in POINTS (or for one copy with --points); HIDDEN_SHARE of each
+part's points go to its hidden tests (teaching/hidden_tests.py, never in a copy). The copy's
+tests/grading.json holds them with each part's time limit, and `python teaching/grade.py` in the
+copy prints the public tests' score table. --autograder also writes Gradescope's autograder.zip
+(teaching/autograder.py): the same copy's code and tests, the hidden tests, setup.sh and
+run_autograder, which grades a submission with teaching/grade.py into results.json.
+
 The copy gives no blanked answer away. The *why* of a part - the answer to its "think about"
 question - is a comment inside the marked region, so it goes with the body; the instructor's
 answers and the mistakes each test catches are in docs/instructor-notes.md, which the copy
@@ -22,6 +31,7 @@ leaves out. Code elsewhere that restates a part's answer is marked `# BEGIN ANSW
 `# END ANSWER <part>` and replaced by a call to the student's function (STAND_INS); a tool that
 restates one and that no part needs is left out of the copy (LEFT_OUT).
 """
+import json
 import re
 import shutil
 import sys
@@ -32,6 +42,7 @@ if not __package__:   # run as a path (python teaching/make_assignment.py): impo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
+from teaching import autograder
 
 ROOT = Path(__file__).resolve().parents[1]                 # the project root
 FOLDERS = ("machinery", "analysis", "benchmarks", "interop", "teaching")    # copied with the root
@@ -67,7 +78,8 @@ PARTS = [
          "x_masked = REPLACE(x, m, [MASK])",
          "x (B, T) ids -> Masked(x_masked, positions, targets, weights): n = the real tokens of "
          "a row (never a special token); k = round(mask_prob * n) to the nearest integer (a tie "
-         "at .5 either way), at least 1, at most n and K; k distinct positions, uniformly at "
+         "at .5 either way), at least 1, at most n and K (0 for a row without real tokens); "
+         "k distinct positions, uniformly at "
          "random, in the first k of K fixed slots (weight 1); the unused slots (weight 0) may "
          "hold any position, a used one again included; targets = x at every slot's position; "
          "x_masked differs from x at used positions only: of them, replace_prob show [MASK], "
@@ -175,6 +187,20 @@ PARTS = [
 ]
 BY_NAME = {p.name: p for p in PARTS}
 
+# Points per part, the one table an instructor edits (or --points mask=10,... for one copy): they
+# feed ASSIGNMENTS.md and the autograder's results.json. Of each part's points, HIDDEN_SHARE go
+# to its hidden tests, the rest to its public tests; inside each, every test counts the same.
+POINTS = {"mask": 12, "sample": 8, "corrupt": 8, "mlm_loss": 6, "disc_loss": 6, "joint_loss": 12,
+          "attention": 14, "adam": 10, "layer_decay": 8, "electra15": 8, "flops": 8}
+HIDDEN_SHARE = 0.5
+# The grader's time limits, in seconds (teaching/grade.py): each part's tests (public and hidden
+# together) may take TIME_LIMIT_S, the start of PyTorch and the tests STARTUP_S, the whole run
+# BUDGET_S - under Gradescope's default of 10 minutes, so that results.json is always written.
+# A correct part takes at most a few seconds at one core (docs/instructor-notes.md, "Gradescope").
+TIME_LIMIT_S = 40
+STARTUP_S = 120
+BUDGET_S = 540
+
 # Code outside a part that restates its answer, between `# BEGIN ANSWER <part>` and `# END
 # ANSWER <part>`: in a copy with the part blank it becomes these lines, which call the
 # student's function (so the copy still trains, with the student's code).
@@ -191,6 +217,7 @@ STAND_INS = {
 LEFT_OUT = {"sample": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
             "corrupt": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
             "joint_loss": ("teaching/one_step.py",)}
+HIDDEN_TESTS = "teaching/hidden_tests.py"    # in the autograder only: never in a copy
 
 
 class AssignmentError(Exception):
@@ -252,13 +279,39 @@ def stub(part):
             f'See ASSIGNMENTS.md")']
 
 
-def assignments_md(parts):
+def points_line(points):
+    """'12 (6 for the public tests, 6 for the hidden tests)'."""
+    hidden = round(points * HIDDEN_SHARE, 2)
+    if not hidden:
+        return f"{points:g} (the public tests)"
+    return f"{points:g} ({points - hidden:g} for the public tests, {hidden:g} for the hidden tests)"
+
+
+def assignments_md(parts, points=None):
+    points = {**POINTS, **(points or {})}
+    files = sorted({BY_NAME[p].file for p in parts})
     out = ["# ELECTRA assignments", "",
            "Each part is one function of the project, marked in its file between",
            "`# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT <part>`. Read the paper section",
            "first, then the docstring of the function, then write the body. A part is done when",
            "its test file passes: `python -m pytest -q tests/parts/test_part_<part>.py`.",
-           "Every test file grades its part alone: the other parts may still be blank.", ""]
+           "Every test file grades its part alone: the other parts may still be blank.", "",
+           "## How it is graded", "",
+           f"- {sum(points[p] for p in parts):g} points in all, each part's below. "
+           + (f"{HIDDEN_SHARE:.0%} of a part's points go to hidden tests: the same contract on "
+              "other seeds, shapes and edge cases (a row with one real token, a fully padded "
+              "row, batch 1, bf16 inputs, a large vocabulary), shown after the due date. "
+              if HIDDEN_SHARE else "")
+           + "Within the public or the hidden tests of a part, every test counts the same.",
+           "- Only the code between a part's markers is graded: put any helper function or "
+           "import inside it, and keep the markers, the function's name and its signature as "
+           "they are.",
+           "- Each part runs on its own, with a time limit; a part whose code does not parse, "
+           "loops, crashes or prints without end gets 0 and one line saying why, and the other "
+           "parts are graded.",
+           "- `python teaching/grade.py` prints the score table of the public tests, graded as "
+           "the autograder grades them.",
+           f"- Hand in {', '.join(f'`{f}`' for f in files)} (or the whole folder).", ""]
     for p in PARTS:
         if p.name not in parts:
             continue
@@ -267,8 +320,18 @@ def assignments_md(parts):
                 f"- **Where**: `{p.where}`", f"- **Paper**: {p.section}",
                 f"- **Equation**: `{p.equation}`", f"- **Contract**: {p.contract}",
                 f"- **Graded by**: `tests/parts/test_part_{p.name}.py`",
+                f"- **Points**: {points_line(points[p.name])}",
                 f"- **Think about**: {p.question}", ""]
     return "\n".join(out)
+
+
+def grading_config(parts, points=None):
+    """What the grader reads (the copy's tests/grading.json): the parts, their points and the
+    time limits."""
+    points = {**POINTS, **(points or {})}
+    return {"parts": list(parts), "points": {p: points[p] for p in parts},
+            "hidden_share": HIDDEN_SHARE, "time_limit_s": {p: TIME_LIMIT_S for p in parts},
+            "startup_s": STARTUP_S, "budget_s": BUDGET_S}
 
 
 def unlink_missing(text, md_file):
@@ -288,9 +351,11 @@ def copy_note(parts, left_out):
     missing = sorted(left_out) + [INSTRUCTOR_NOTES.relative_to(ROOT).as_posix()]
     return ["", f"> **A student copy** of this project, with {len(parts)} part(s) to write "
             f"({', '.join(parts)}): [ASSIGNMENTS.md](ASSIGNMENTS.md) says what each is and how "
-            f"it is graded. The text below describes the whole project; this copy leaves out "
+            f"it is graded (`python teaching/grade.py`: the score table). The text below "
+            f"describes the whole project; this copy leaves out "
             f"{', '.join(f'`{m}`' for m in missing)}, and of the tests it holds the grading "
-            f"files `tests/parts/` and the fixtures `tests/conftest.py` only."]
+            f"files `tests/parts/`, their points `tests/grading.json` and the fixtures "
+            f"`tests/conftest.py` only."]
 
 
 def write_md():
@@ -309,7 +374,28 @@ def parse_parts(spec):
     return names
 
 
-def make_copy(out, parts):
+def parse_points(spec, parts):
+    """--points mask=10,sample=5: {part: points} for chosen parts (the others keep POINTS)."""
+    points = {}
+    for item in (s.strip() for s in (spec or "").split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name not in parts:
+            raise AssignmentError(f"--points: {name!r} is not one of the chosen parts "
+                                  f"({', '.join(parts)}); write part=points, e.g. mask=10")
+        try:
+            points[name] = float(value)
+        except ValueError:
+            points[name] = -1.0
+        if not (0 <= points[name] < 1e6):
+            raise AssignmentError(f"--points: {item!r}: the points must be a number >= 0, "
+                                  f"e.g. {name}=10")
+    return {k: int(v) if v == int(v) else v for k, v in points.items()}
+
+
+def make_copy(out, parts, points=None):
     """Write the student copy into `out` (a new or empty folder)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -320,7 +406,7 @@ def make_copy(out, parts):
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        left_out = {f for part in parts for f in LEFT_OUT.get(part, ())}
+        left_out = {f for part in parts for f in LEFT_OUT.get(part, ())} | {HIDDEN_TESTS}
         sources = [f for d in ("",) + FOLDERS for ext in ("*.py", "*.sh")
                    for f in sorted((ROOT / d).glob(ext))]
         for f in sources + [ROOT / "requirements.txt", ROOT / "README.md"]:
@@ -338,9 +424,11 @@ def make_copy(out, parts):
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
+        (tmp / "tests" / "grading.json").write_text(       # the points, for teaching/grade.py
+            json.dumps(grading_config(parts, points), indent=2) + "\n")
         shutil.copytree(ROOT / "docs", tmp / "docs",          # the README's links resolve
                         ignore=shutil.ignore_patterns(INSTRUCTOR_NOTES.name))   # not the answers
-        (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts))
+        (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts, points))
         readme = (tmp / "README.md").read_text().split("\n")
         (tmp / "README.md").write_text("\n".join(readme[:1] + copy_note(parts, left_out)
                                                  + readme[1:]))
@@ -354,26 +442,59 @@ def make_copy(out, parts):
         raise AssignmentError(f"--out {out}: cannot write the copy ({e.strerror or e})") from None
 
 
+def zip_path(spec, out):
+    """--autograder: a .zip file in an existing folder, outside the student copy."""
+    path = Path(spec)
+    if path.suffix != ".zip":
+        raise AssignmentError(f"--autograder {spec}: name a .zip file, e.g. ../hw1-autograder.zip")
+    if Path(out).resolve() in path.resolve().parents:
+        raise AssignmentError(f"--autograder {spec}: inside the student copy {out}, which "
+                              f"students get; put it elsewhere")
+    if not path.resolve().parent.is_dir():
+        raise AssignmentError(f"--autograder {spec}: no folder {path.parent}; create it first")
+    if path.exists() and not path.is_file():
+        raise AssignmentError(f"--autograder {spec}: exists and is not a file; pick another name")
+    return path
+
+
 def main(argv=None):
-    ap = cli.Parser(description="Write a student copy with parts left to write.")
+    ap = cli.Parser(description="Write a student copy with parts left to write (and Gradescope's "
+                                "autograder for it).")
     ap.add_argument("--out", help="a new folder for the student copy")
     ap.add_argument("--parts", default="", help="comma-separated parts (default: all)")
+    ap.add_argument("--points", default="", help="points of chosen parts, e.g. mask=10,sample=5 "
+                    "(default: the POINTS table of this file)")
+    ap.add_argument("--autograder", metavar="ZIP",
+                    help="also write Gradescope's autograder.zip for the copy to this file")
     ap.add_argument("--list", action="store_true", help="list the parts and exit")
     args = ap.parse_args(argv)
     try:
         if args.list:
             for i, p in enumerate(PARTS, 1):
-                print(f"{i:2d}. {p.name:12s} {p.where:42s} {p.section}")
+                print(f"{i:2d}. {p.name:12s} {POINTS[p.name]:3d} pt  {p.where:42s} {p.section}")
             return 0
         if not args.out:
             raise AssignmentError("--out is required: the folder to write the student copy to")
         parts = parse_parts(args.parts)
-        make_copy(args.out, parts)
+        points = parse_points(args.points, parts)
+        target = zip_path(args.autograder, args.out) if args.autograder else None
+        make_copy(args.out, parts, points)
+        if target:
+            try:
+                autograder.write_zip(Path(args.out), target, ROOT / HIDDEN_TESTS, FOLDERS)
+            except OSError as e:
+                shutil.rmtree(args.out, ignore_errors=True)      # all or nothing
+                raise AssignmentError(f"--autograder {args.autograder}: cannot write it "
+                                      f"({e.strerror or e})") from None
     except AssignmentError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out}: {len(parts)} part(s) to write ({', '.join(parts)}); "
-          f"see {Path(args.out) / 'ASSIGNMENTS.md'}")
+    total = sum({**POINTS, **points}[p] for p in parts)
+    print(f"wrote {args.out}: {len(parts)} part(s) to write ({', '.join(parts)}), {total:g} "
+          f"points; see {Path(args.out) / 'ASSIGNMENTS.md'}")
+    if target:
+        print(f"wrote {target}: Gradescope's autograder (docs/instructor-notes.md, "
+              f"\"Gradescope\"); check it with: python teaching/grade.py --check {target}")
     return 0
 
 

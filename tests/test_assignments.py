@@ -1,5 +1,7 @@
 """teaching/make_assignment.py: student copies fail exactly the blanked parts' tests, a filled-in part
-passes its tests, and plausible wrong answers fail them (issue: teaching, §1)."""
+passes its tests - the public ones and the autograder's hidden ones (teaching/hidden_tests.py) -
+and plausible wrong answers fail both (issue: teaching, §1)."""
+import ast
 import re
 import subprocess
 import sys
@@ -15,8 +17,12 @@ from teaching import make_assignment as ma
 ROOT = Path(__file__).resolve().parent.parent
 
 
+HIDDEN = "tests/hidden/test_hidden.py"        # where the autograder puts the hidden tests
+
+
 def run_tests(folder, *paths):
-    """pytest in `folder`: {test file stem: [outcome of each test]} from a JUnit report."""
+    """pytest in `folder`: {test file stem: [outcome of each test]} from a JUnit report; the
+    hidden tests of a part count under "hidden_<part>"."""
     report = folder / "report.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     f"--junitxml={report}", *paths], cwd=folder, capture_output=True,
@@ -24,9 +30,18 @@ def run_tests(folder, *paths):
     by_file = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         stem = case.get("classname").split(".")[-1]
+        if stem == "test_hidden":                   # test_<part>__<what>
+            stem = "hidden_" + case.get("name")[len("test_"):].split("__")[0]
         failed = any(c.tag in ("failure", "error") for c in case)
         by_file.setdefault(stem, []).append("failed" if failed else "passed")
     return by_file
+
+
+def hidden_ids(parts):
+    """The node ids of the hidden tests of `parts`, as the autograder selects them."""
+    tree = ast.parse((ROOT / ma.HIDDEN_TESTS).read_text())
+    return [f"{HIDDEN}::{f.name}" for f in tree.body if isinstance(f, ast.FunctionDef)
+            and f.name.startswith("test_") and f.name[5:].split("__")[0] in parts]
 
 
 def fill(folder, part, body):
@@ -104,7 +119,7 @@ ALTERNATIVES = [{
         "    k = min(max(int(mask_prob * len(real) + 0.5), 1), len(real), n_slots)",
         "    chosen = real[torch.randperm(len(real), generator=generator)[:k]]",
         "    positions[b, :k] = chosen",
-        "    positions[b, k:] = chosen[0]",
+        "    positions[b, k:] = chosen[0] if k else 0",
         "    weights[b, :k] = 1.0",
         "    shown = torch.where(u[b, :k] < replace_prob + random_prob, rnd[b, :k], x[b, chosen])",
         "    x_masked[b, chosen] = torch.where(u[b, :k] < replace_prob, mask_id, shown)",
@@ -203,13 +218,18 @@ def body_of(answer):
 
 
 def grade(tmp_path, answers):
-    """A copy with the parts of `answers` blank, each filled with its body: {part: outcomes}."""
+    """A copy with the parts of `answers` blank, each filled with its body, and the hidden tests
+    beside the public ones: {part: outcomes of its public tests, "hidden_<part>": of its hidden
+    tests}."""
     out = tmp_path / "student"
     ma.make_copy(out, list(answers))
+    (out / HIDDEN).parent.mkdir()
+    (out / HIDDEN).write_text((ROOT / ma.HIDDEN_TESTS).read_text())
     for part, body in answers.items():
         fill(out, part, body_of(body))
-    results = run_tests(out, *(f"tests/parts/test_part_{p}.py" for p in answers))
-    return {k[len("test_part_"):]: set(v) for k, v in results.items()}
+    results = run_tests(out, *(f"tests/parts/test_part_{p}.py" for p in answers),
+                        *hidden_ids(answers))
+    return {k.replace("test_part_", ""): set(v) for k, v in results.items()}
 
 
 def test_every_part_has_a_correct_alternative():
@@ -221,8 +241,10 @@ def test_every_part_has_a_correct_alternative():
 
 @pytest.mark.parametrize("round_", range(len(ALTERNATIVES)))
 def test_filled_parts_pass_with_another_correct_answer(tmp_path, round_):
+    """Every answer the contract allows passes the public tests and the hidden ones."""
     answers = ALTERNATIVES[round_]
-    assert grade(tmp_path, answers) == {part: {"passed"} for part in answers}
+    assert grade(tmp_path, answers) == {key: {"passed"} for part in answers
+                                        for key in (part, f"hidden_{part}")}
 
 
 # Plausible wrong answers: each round is one copy, and every part's tests must catch its answer.
@@ -281,13 +303,20 @@ WRONG = [{
 }]
 
 
+def wrong_answers(round_):
+    return {part: swap(part, *w) if isinstance(w, tuple) else w
+            for part, w in WRONG[round_].items()}
+
+
 @pytest.mark.parametrize("round_", range(len(WRONG)))
 def test_plausible_wrong_answers_fail_their_part(tmp_path, round_):
-    answers = {part: swap(part, *w) if isinstance(w, tuple) else w
-               for part, w in WRONG[round_].items()}
+    """Each wrong answer fails a public test of its part, and a hidden one: the hidden tests
+    catch every mistake on their own."""
+    answers = wrong_answers(round_)
     results = grade(tmp_path, answers)
     for part in answers:
         assert "failed" in results[part], part
+        assert "failed" in results[f"hidden_{part}"], f"hidden tests of {part}"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,147 @@
+"""Teaching: Gradescope's autograder.zip for a student copy, and a fake /autograder to check it.
+
+teaching/make_assignment.py --autograder writes the zip beside the student copy; it holds, as
+Gradescope's autograder specification asks:
+
+    setup.sh          at the root: run once when Gradescope builds the image (Ubuntu 22.04 base):
+                      Python, a virtual environment, CPU-only PyTorch and requirements.txt
+    run_autograder    at the root: run for every submission; grades /autograder/submission with
+                      project/teaching/grade.py into /autograder/results/results.json, and writes
+                      a results.json saying so if the grader itself cannot start
+    project/          the student copy's code and tests (the grader's own copy of every file that
+                      is not an assignment body), tests/grading.json (points, time limits) and
+                      the hidden tests, tests/hidden/test_hidden.py
+
+Nothing in it downloads at grading time: setup.sh installs everything when the image is built.
+`run_fake` unpacks a zip into a folder laid out as /autograder (source/, submission/,
+results/), runs its run_autograder there with AUTOGRADER_ROOT pointing at it, and returns the
+results.json; `python teaching/grade.py --check ZIP` prints it as a table. This file imports
+nothing of the project, so make_assignment.py and grade.py can both use it."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+VENV = "/opt/electra-grader"          # setup.sh's virtual environment, run_autograder's Python
+PROJECT = "project"                   # the grader's copy inside the zip (and /autograder/source)
+HIDDEN = "tests/hidden/test_hidden.py"
+
+SETUP_SH = f"""#!/usr/bin/env bash
+# Gradescope runs this once, as root, while it builds the autograder's image (base image:
+# Ubuntu 22.04). It installs Python, a virtual environment at {VENV} with
+# CPU-only PyTorch (the default wheel brings CUDA libraries a grader never uses) and the
+# project's requirements. Nothing is downloaded later, while grading.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends python3 python3-venv python3-pip
+python3 -m venv {VENV}
+{VENV}/bin/pip install --no-cache-dir --upgrade pip
+{VENV}/bin/pip install --no-cache-dir "{{torch}}" \\
+    --index-url https://download.pytorch.org/whl/cpu
+{VENV}/bin/pip install --no-cache-dir -r /autograder/source/{PROJECT}/requirements.txt
+{VENV}/bin/python -c "import numpy, pytest, torch; print('torch', torch.__version__, 'ready')"
+"""
+
+RUN_AUTOGRADER = f"""#!/usr/bin/env bash
+# Gradescope runs this for every submission. It grades /autograder/submission with the grader's
+# own copy of the project (/autograder/source/{PROJECT}) and writes
+# /autograder/results/results.json. AUTOGRADER_ROOT (default /autograder) and
+# AUTOGRADER_PYTHON (default {VENV}/bin/python) let it run anywhere else,
+# as `python teaching/grade.py --check` does.
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{AUTOGRADER_PYTHON:-{VENV}/bin/python}}"
+[ -x "$PYTHON" ] || PYTHON=python3
+mkdir -p "$ROOT/results"
+"$PYTHON" "$ROOT/source/{PROJECT}/teaching/grade.py" --gradescope --root "$ROOT"
+status=$?
+if [ ! -s "$ROOT/results/results.json" ]; then
+  cat > "$ROOT/results/results.json" <<EOF
+{{"score": 0, "stdout_visibility": "hidden", "tests": [],
+ "output": "The grader could not start (exit status $status): tell your instructor."}}
+EOF
+fi
+exit 0
+"""
+
+
+def torch_requirement(requirements):
+    """The torch line of requirements.txt, for setup.sh's CPU-only install."""
+    for line in requirements.splitlines():
+        if line.strip().startswith("torch"):
+            return line.split("#")[0].strip()
+    return "torch"
+
+
+def files_of(copy, folders):
+    """The files of a student copy the grader needs: the code, the tests and their points, the
+    requirements (relative paths)."""
+    out = [f for d in ("",) + tuple(folders) for f in sorted((copy / d).glob("*.py"))]
+    out += sorted(f for f in (copy / "tests").rglob("*") if f.is_file()
+                  and f.suffix in (".py", ".json") and "__pycache__" not in f.parts)
+    out.append(copy / "requirements.txt")
+    return [f.relative_to(copy).as_posix() for f in out]
+
+
+def _add(zf, name, data, executable=False):
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))   # the same bytes every build
+    info.external_attr = ((0o755 if executable else 0o644) | stat.S_IFREG) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, data)
+
+
+def write_zip(copy, path, hidden_tests, folders):
+    """Write autograder.zip for the student copy in `copy` to `path` (replaced whole, or left
+    as it was when writing fails)."""
+    copy, path = Path(copy), Path(path)
+    requirements = (copy / "requirements.txt").read_text()
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w") as zf:
+            _add(zf, "setup.sh", SETUP_SH.replace("{torch}", torch_requirement(requirements)),
+                 executable=True)
+            _add(zf, "run_autograder", RUN_AUTOGRADER, executable=True)
+            for rel in files_of(copy, folders):
+                _add(zf, f"{PROJECT}/{rel}", (copy / rel).read_bytes())
+            _add(zf, f"{PROJECT}/{HIDDEN}", Path(hidden_tests).read_bytes())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def unpack(path, source):
+    """Unzip as Gradescope does, keeping each file's permissions (run_autograder executable)."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            target = Path(zf.extract(info, source))
+            mode = info.external_attr >> 16 & 0o777
+            if mode:
+                target.chmod(mode)
+
+
+def run_fake(zip_path, submission, root=None, config=None, python=None, timeout=3600):
+    """Grade `submission` (a folder, copied as a student's upload) with the autograder in
+    zip_path, in a fake /autograder at `root` (a new temporary folder when None): its
+    results.json as a dict. `config` updates the zip's tests/grading.json first (tests use it for
+    short time limits)."""
+    root = Path(root) if root else Path(tempfile.mkdtemp(prefix="autograder-"))
+    source = root / "source"
+    source.mkdir(parents=True)
+    unpack(zip_path, source)
+    if config:
+        path = source / PROJECT / "tests" / "grading.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}, indent=2))
+    shutil.copytree(submission, root / "submission",
+                    ignore=shutil.ignore_patterns("__pycache__", ".git", "data", "out*"))
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root))
+    if python:
+        env["AUTOGRADER_PYTHON"] = str(python)
+    (root / "results").mkdir()
+    with open(root / "results" / "stdout", "wb") as log:      # as Gradescope keeps it
+        subprocess.run([str(source / "run_autograder")], cwd=root, env=env, timeout=timeout,
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    return json.loads((root / "results" / "results.json").read_text())

@@ -1,0 +1,648 @@
+"""Teaching: the grader of the assignments - the same on Gradescope and on a student's machine.
+
+    python teaching/grade.py                  # in a student copy: the public tests' score table
+    python teaching/grade.py --submission DIR # the same for the files in DIR
+    python teaching/grade.py --gradescope     # what the autograder's run_autograder runs
+    python teaching/grade.py --check hw1-autograder.zip [--submission DIR]   # for instructors
+
+Each part is graded from the code between its `# BEGIN ASSIGNMENT <part>` and `# END ASSIGNMENT
+<part>` markers only. The grader copies its own files - the project's code, the tests, the points
+(tests/grading.json) - into a fresh folder, puts each part's submitted body into its own copy of
+the part's file, and runs the part's tests there: nothing a submission holds outside its bodies
+(an edited test, a changed helper) takes part, and the other parts of the file stay the grader's.
+The tests of every part run in one pytest process (one start of PyTorch); a part that loops past
+its time limit or crashes the process gets 0 with one line saying why, and the process starts
+again for the parts left. Before any test runs, a part gets 0 with one line for: its file missing
+from the submission, its markers missing, doubled or moved out of its function (renamed or
+deleted), or a syntax error in its body. Inside a part each test is worth the same share; a
+failed test shows its assertion's one-line message, never a traceback. Output is capped
+(MAX_OUTPUT): a part that prints more fails with one line.
+
+With --gradescope it reads /autograder/submission (or $AUTOGRADER_ROOT/submission), runs the
+hidden tests too (tests/hidden/test_hidden.py, shipped only in the autograder: Gradescope shows
+them after the due date) and writes results.json in Gradescope's format: one entry per part for
+the public tests and one for the hidden tests, a score, a one-line output each. results.json is
+written before the first test runs (every part "not graded") and again at the end, and the whole
+run stops within the time budget of tests/grading.json, so Gradescope always finds one.
+
+This file is also the pytest plugin (`-p teaching.grade`) that reports each test to the grader:
+the hooks at the end. It imports neither torch nor the project's code: the tests do that, in
+their own process."""
+import ast
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from pathlib import Path
+
+if not __package__:   # run as a path (python teaching/grade.py): import from the project root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machinery import cli
+from teaching import autograder
+from teaching import make_assignment as ma
+
+HERE = Path(__file__).resolve().parents[1]             # the grader's own copy of the project
+CONFIG = Path("tests") / "grading.json"
+HIDDEN = Path("tests") / "hidden" / "test_hidden.py"
+PUBLIC = "tests/parts/test_part_{}.py"
+LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
+MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold
+MESSAGE_CHARS = 240                       # a failure message is cut to one line of this length
+EXIT_GRACE_S = 10                         # how long the tests' process may take to end
+SKIP_DIRS = {"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints"}
+GRADESCOPE_ROOT = "/autograder"
+
+
+class Refused(Exception):
+    """A part that cannot be graded; its message is the one line the student sees."""
+
+
+# ---------------------------------------------------------------------------- the submission
+
+def find_file(submission, rel):
+    """The submitted file for `rel` (e.g. objectives.py): at that path, else the shallowest file
+    of that name anywhere in the submission (a student may upload a zipped folder)."""
+    exact = submission / rel
+    if exact.is_file():
+        return exact
+    found = [p for p in submission.rglob(Path(rel).name) if p.is_file()
+             and not SKIP_DIRS & set(p.relative_to(submission).parts)]
+    found.sort(key=lambda p: (not p.as_posix().endswith(rel), len(p.parts), p.as_posix()))
+    return found[0] if found else None
+
+
+def indent_of(line):
+    return len(line) - len(line.lstrip())
+
+
+def enclosing(lines, i):
+    """The names of the classes and functions that line i sits in, outermost first."""
+    names, level = [], indent_of(lines[i])
+    for line in reversed(lines[:i]):
+        s = line.strip()
+        if not s or s.startswith("#") or indent_of(line) >= level:
+            continue
+        level = indent_of(line)
+        m = re.match(r"(?:async\s+)?(?:def|class)\s+(\w+)", s)
+        if m:
+            names.insert(0, m.group(1))
+        if level == 0:
+            break
+    return names
+
+
+def submitted_body(text, part, name):
+    """The lines between part's markers in a submitted file, without the markers' indentation,
+    and the line number of its BEGIN marker; Refused when they cannot be graded."""
+    lines = text.splitlines()
+    marks = {"BEGIN": [], "END": []}
+    for i, line in enumerate(lines):
+        m = ma.MARK.match(line)
+        if m and m.group(3) == part:
+            marks[m.group(2)].append(i)
+    begin, end = marks["BEGIN"], marks["END"]
+    tag = f"`# BEGIN ASSIGNMENT {part}` / `# END ASSIGNMENT {part}`"
+    if not begin or not end:
+        raise Refused(f"{name} has no {tag} markers (deleted?): the grader grades only the "
+                      f"code between them; put them back around your code")
+    if len(begin) > 1 or len(end) > 1 or end[0] < begin[0]:
+        raise Refused(f"{name} has the {tag} markers more than once or out of order: keep "
+                      f"one pair, around your code")
+    b, e = begin[0], end[0]
+    want = BY_NAME_FUNC[part]
+    found = enclosing(lines, b)
+    if found[-len(want):] != want:
+        raise Refused(f"{name}: the markers of part {part} are inside "
+                      f"{'.'.join(found) or 'no function'}, not {'.'.join(want)} (renamed or "
+                      f"moved?): keep the function's name and signature as handed out")
+    indent = ma.MARK.match(lines[b]).group(1)
+    body = [l[len(indent):] if l.startswith(indent) else l.strip() for l in lines[b + 1:e]]
+    return body, b + 1
+
+
+BY_NAME_FUNC = {p.name: p.where.split(": ")[1].split(".") for p in ma.PARTS}
+
+
+def splice(source, submission, parts):
+    """{file: text} of the grader's files with each good part's submitted body in place, and
+    {part: reason} for the parts refused before any test runs."""
+    refused, texts = {}, {}
+    for part in parts:
+        rel = ma.BY_NAME[part].file
+        own = texts.get(rel) or (source / rel).read_text()
+        try:
+            path = find_file(submission, rel)
+            if path is None:
+                raise Refused(f"no {rel} in the submission: upload it (it holds part {part})")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise Refused(f"{rel} cannot be read as UTF-8 text ({e.__class__.__name__})")
+            body, first = submitted_body(text, part, rel)
+            new = ma.replace_body(own, part, body)
+            try:
+                compile(new, rel, "exec")
+            except SyntaxError as e:             # (IndentationError and TabError are ones)
+                start = ma.regions(own)[part][0] + 2          # the body's first line, from 1
+                where = (f"line {e.lineno - start + first + 1}"
+                         if e.lineno and start <= e.lineno < start + len(body) else
+                         f"the code of part {part}")
+                raise Refused(f"{rel}, {where}: {e.__class__.__name__}: {e.msg} - Python "
+                              f"cannot read it, so no test of this part ran")
+        except Refused as r:
+            refused[part] = str(r)
+            continue
+        texts[rel] = new
+    return texts, refused
+
+
+def make_tree(source, dest, texts):
+    """A fresh copy of the grader's code and tests in dest, with the spliced files."""
+    for d in ("",) + ma.FOLDERS:
+        (dest / d).mkdir(parents=True, exist_ok=True)
+        for f in sorted((source / d).glob("*.py")):
+            shutil.copy(f, dest / d / f.name)
+    shutil.copytree(source / "tests", dest / "tests",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    for rel, text in texts.items():
+        (dest / rel).write_text(text)
+    (dest / "pytest.ini").write_text("[pytest]\n")     # the tree is the rootdir; no other ini
+
+
+# ---------------------------------------------------------------------------- running the tests
+
+def node_ids(tree, part, hidden):
+    """What pytest runs for a part: its public file, and its hidden tests by name."""
+    ids = [PUBLIC.format(part)]
+    if hidden and (tree / HIDDEN).is_file():
+        body = ast.parse((tree / HIDDEN).read_text()).body
+        ids += [f"{HIDDEN.as_posix()}::{n.name}" for n in body
+                if isinstance(n, ast.FunctionDef) and n.name.startswith(f"test_{part}__")]
+    return ids
+
+
+def part_of(nodeid):
+    path, _, name = nodeid.partition("::")
+    if path.startswith("tests/parts/test_part_"):
+        return Path(path).stem[len("test_part_"):]
+    return name[len("test_"):].split("__")[0] if name.startswith("test_") else None
+
+
+def is_hidden(nodeid):
+    return nodeid.startswith(HIDDEN.as_posix())
+
+
+class Log:
+    """The plugin's records, read as the file grows."""
+
+    def __init__(self, path):
+        self.path, self.offset, self.rest = path, 0, b""
+
+    def new(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+
+def limit_output():
+    """In the test process: no file may grow past MAX_OUTPUT (captured printing included)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
+
+
+def last_line(path):
+    try:
+        lines = [l.strip() for l in Path(path).read_text(errors="replace")[-4000:].splitlines()]
+    except OSError:
+        return "no output"
+    lines = [l for l in lines if l and not set(l) <= set("=-_ ")]
+    return lines[-1][:MESSAGE_CHARS] if lines else "no output"
+
+
+def stopped_because(rc, test, out):
+    where = f" in {test_name(test)}" if test else ""
+    if rc is not None and rc < 0:
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        if sig == "SIGKILL":
+            return f"the tests were killed{where} (SIGKILL): out of memory?"
+        return f"the tests crashed{where} ({sig})"
+    if test:
+        return (f"the tests stopped{where} (exit status {rc}): exit(), os._exit() or a crash "
+                f"in the code")
+    return f"the tests could not run: {last_line(out)}"
+
+
+def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
+    """Run the parts' tests in as few pytest processes as possible. Returns {nodeid: (passed,
+    message)} for every test that finished, {part: [nodeids]} as collected, {part: reason} for
+    the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}."""
+    results, collected, stopped, seconds = {}, {}, {}, {}
+    pending, attempt = list(parts), 0
+    while pending:
+        attempt += 1
+        log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
+        ids = [i for p in pending for i in node_ids(tree, p, hidden)]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "-p", "teaching.grade", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
+        env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
+                   OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+        with open(out, "wb") as f:
+            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=limit_output)
+        reader, started = Log(log), time.time()
+        current, current_t, used = None, None, {p: 0.0 for p in pending}
+        ran_any, killed, rc, this_run, done_t = False, None, None, [], None
+
+        def handle(rec):
+            nonlocal current, current_t, ran_any
+            if "collected" in rec:
+                fresh = {}
+                this_run[:] = rec["collected"]
+                for nid in rec["collected"]:
+                    fresh.setdefault(part_of(nid), []).append(nid)
+                collected.update(fresh)
+            elif "collect_error" in rec:
+                p = part_of(rec["collect_error"])
+                if p in pending:
+                    stopped.setdefault(p, f"its tests could not be collected: {rec['message']}")
+            elif "start" in rec:
+                current, current_t, ran_any = rec["start"], rec["t"], True
+            elif "done" in rec:
+                results[rec["done"]] = (rec["passed"], rec["message"])
+                p = part_of(rec["done"])
+                if p in used and current_t is not None:
+                    used[p] += rec["t"] - current_t
+                current, current_t = None, None
+        while True:
+            for rec in reader.new():
+                handle(rec)
+            rc = proc.poll()
+            if rc is not None:
+                for rec in reader.new():
+                    handle(rec)
+                break
+            now = time.time()
+            part = part_of(current) if current else None
+            if this_run and all(n in results for n in this_run):
+                # every test finished: a process that does not end (a thread the code started
+                # that never stops) is stopped after a grace period, with nothing lost
+                done_t = done_t or now
+                if now - done_t > EXIT_GRACE_S:
+                    killed = (None, None)
+            elif part in used and used[part] + now - current_t > limits[part]:
+                killed = (part, f"stopped after {limits[part]:g} s, the time limit of this part, "
+                                f"in {test_name(current)}: an endless loop, or far too slow")
+            elif not ran_any and now - started > startup_s:
+                killed = (None, f"the tests did not start within {startup_s:g} s")
+            elif now > deadline:
+                killed = (None, "not graded: the autograder's time ran out before this part "
+                                "finished (an earlier part ran to its time limit?)")
+            if killed:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
+                break
+            time.sleep(0.05)
+        complete = [p for p in pending if collected.get(p)
+                    and all(n in results for n in collected[p])]
+        if killed and killed[0]:
+            stopped[killed[0]] = killed[1]
+        elif killed and killed[1]:
+            for p in pending:
+                if p not in complete:
+                    stopped.setdefault(p, killed[1])
+        elif not killed and any(p not in complete and p not in stopped for p in pending):
+            if current:
+                stopped[part_of(current)] = stopped_because(rc, current, out)
+            elif not ran_any:
+                for p in pending:
+                    stopped.setdefault(p, stopped_because(rc, None, out))
+            else:
+                first = next(p for p in pending if p not in complete and p not in stopped)
+                stopped[first] = stopped_because(rc, None, out)
+        left = [p for p in pending if p not in complete and p not in stopped]
+        if left == pending:                     # no progress: never start the same run again
+            stopped[left[0]] = stopped_because(rc, current, out)
+            left = left[1:]
+        for p in pending:
+            seconds[p] = used[p]
+            if p in stopped and p not in complete:
+                say(f"  {p}: {stopped[p]}")
+        pending = left
+    return results, collected, stopped, seconds
+
+
+# ---------------------------------------------------------------------------- scores
+
+def test_name(nodeid):
+    """A test's name for people: 'exactly k real positions per sequence never special'."""
+    name = nodeid.partition("::")[2] or nodeid
+    base, _, param = name.partition("[")
+    base = base[len("test_"):] if base.startswith("test_") else base
+    base = base.split("__", 1)[-1].replace("_", " ")
+    return f"{base} [{param}" if param else base
+
+
+def entry(part, kind, tests, max_score, reason=None):
+    """One results.json test entry: a part's public or hidden tests."""
+    p = ma.BY_NAME[part]
+    n = ma.PARTS.index(p) + 1
+    passed = sum(ok for _, ok, _ in tests)
+    if reason:
+        score, output = 0.0, f"0 points: {reason}."
+    elif not tests:
+        score, output = 0.0, "0 points: no test of this part ran."
+    else:
+        score = round(max_score * passed / len(tests), 2)
+        fails = [(name, msg) for name, ok, msg in tests if not ok]
+        output = f"{passed} of {len(tests)} tests passed."
+        if fails and len(fails) == len(tests) and len({m for _, m in fails}) == 1:
+            output = f"0 of {len(tests)} tests passed: {fails[0][1]}"
+        elif fails:
+            output += " Failed:\n" + "\n".join(f"- {test_name(t)}: {m}" for t, m in fails)
+    return {"name": f"Part {n}: {p.title} ({part}) - {kind} tests",
+            "number": f"{n}.{1 if kind == 'public' else 2}",
+            "score": score, "max_score": max_score, "output": output,
+            "visibility": "visible" if kind == "public" else "after_due_date",
+            "extra_data": {"part": part, "kind": kind, "passed": 0 if reason else passed,
+                           "tests": len(tests)}}
+
+
+def shares(cfg, part):
+    """(public, hidden) points of a part."""
+    points = float(cfg["points"][part])
+    public = round(points * (1 - cfg["hidden_share"]), 2)
+    return public, round(points - public, 2)
+
+
+def score_entries(cfg, parts, hidden, results, collected, refused):
+    tests = []
+    for part in parts:
+        public_max, hidden_max = shares(cfg, part)
+        ran = [(nid, *results.get(nid, (False, "did not finish")))
+               for nid in collected.get(part, [])]
+        reason = refused.get(part)
+        tests.append(entry(part, "public", [t for t in ran if not is_hidden(t[0])],
+                           public_max, reason))
+        if hidden:
+            tests.append(entry(part, "hidden", [t for t in ran if is_hidden(t[0])],
+                               hidden_max, reason))
+    return tests
+
+
+def results_json(tests, seconds, parts, note=None):
+    total = round(sum(t["score"] for t in tests), 2)
+    hidden = any(t["visibility"] != "visible" for t in tests)
+    text = (f"Graded: {', '.join(parts)}, each from the code between its # BEGIN ASSIGNMENT and "
+            f"# END ASSIGNMENT markers only. Every test of a part is worth the same share of it. "
+            + ("Public tests are shown now; the hidden tests (the same contract on other seeds, "
+               "shapes and edge cases) after the due date, and with them the total."
+               if hidden else ""))
+    return {"score": total, "execution_time": int(round(seconds)), "output": note or text,
+            "stdout_visibility": "hidden", "visibility": "visible", "tests": tests}
+
+
+def table(results):
+    """The score table of a results.json, as printed to the terminal."""
+    rows = [f"{'part':<24}{'tests':>14}{'points':>18}{'seconds':>13}"]
+    fails = []
+    for t in results["tests"]:
+        x = t.get("extra_data", {})
+        label = f"{t['number'].split('.')[0]:>2} {x.get('part', '?')} ({x.get('kind', '?')})"
+        secs = f"{x['seconds']:.1f}" if x.get("kind") == "public" and "seconds" in x else ""
+        rows.append(f"{label:<24}{x.get('passed', 0):>8} of {x.get('tests', 0):<3}"
+                    f"{t['score']:>10.2f} of {t['max_score']:<6.2f}{secs:>8}")
+        if t["score"] < t["max_score"]:
+            fails.append(f"{x.get('part')} ({x.get('kind')}): {t['output']}")
+    total = sum(t["max_score"] for t in results["tests"])
+    rows.append(f"{'total':<24}{'':>14}{results['score']:>10.2f} of {total:.2f}")
+    return "\n".join(rows + ([""] + fails if fails else []))
+
+
+# ---------------------------------------------------------------------------- the grader
+
+def load_config(source):
+    path = source / CONFIG
+    if path.is_file():
+        return json.loads(path.read_text())
+    return ma.grading_config([p.name for p in ma.PARTS])     # the project itself: every part
+
+
+def write_json(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+def grade(source, submission, hidden, results_path=None, say=print):
+    """Grade `submission` with the grader's own copy `source`; returns results.json's dict
+    (and writes it to results_path, first with every part "not graded", then in full)."""
+    t0 = time.time()
+    cfg = load_config(source)
+    parts = cfg["parts"]
+    deadline = t0 + float(cfg["budget_s"])
+    if results_path:
+        waiting = "not graded: the grader stopped before it reached this part"
+        write_json(results_path, results_json(
+            score_entries(cfg, parts, hidden, {}, {}, {p: waiting for p in parts}), 0, parts))
+    work = Path(tempfile.mkdtemp(prefix="electra-grade-"))
+    try:
+        texts, refused = splice(source, submission, parts)
+        for p, why in refused.items():
+            say(f"  {p}: {why}")
+        tree = work / "tree"
+        make_tree(source, tree, texts)
+        results, collected, stopped, seconds = run_parts(
+            tree, [p for p in parts if p not in refused], hidden,
+            {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),
+            deadline, say)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tests = score_entries(cfg, parts, hidden, results, collected, {**refused, **stopped})
+    for t in tests:
+        t["extra_data"]["seconds"] = round(seconds.get(t["extra_data"]["part"], 0.0), 2)
+    out = results_json(tests, time.time() - t0, parts)
+    if results_path:
+        write_json(results_path, out)
+    return out
+
+
+def main(argv=None):
+    ap = cli.Parser(description="Grade the assignment's parts: the public tests' score table, or "
+                                "Gradescope's results.json.")
+    ap.add_argument("--submission", help="the folder to grade (default: this copy)")
+    ap.add_argument("--gradescope", action="store_true",
+                    help="grade $AUTOGRADER_ROOT/submission (default /autograder) with the hidden "
+                         "tests and write results/results.json there")
+    ap.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", GRADESCOPE_ROOT),
+                    help="the autograder's root folder (with --gradescope)")
+    ap.add_argument("--json", help="also write the results, as results.json, to this file")
+    ap.add_argument("--check", metavar="ZIP",
+                    help="grade --submission (default: this project, the reference) with an "
+                         "autograder.zip in a fake /autograder, as Gradescope would")
+    args = ap.parse_args(argv)
+    if args.check:
+        zip_path, submission = Path(args.check), Path(args.submission or HERE)
+        if not zip_path.is_file() or not zipfile.is_zipfile(zip_path):
+            print(f"error: --check {zip_path}: not a zip file; give the autograder.zip that "
+                  f"teaching/make_assignment.py --autograder wrote", file=sys.stderr)
+            return 1
+        if not submission.is_dir():
+            print(f"error: --submission {submission}: not a folder", file=sys.stderr)
+            return 1
+        print(f"Grading {submission.resolve()} with {zip_path} in a fake /autograder ...",
+              flush=True)
+        with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
+            out = autograder.run_fake(zip_path, submission, Path(tmp) / "autograder",
+                                      python=sys.executable)
+        if args.json:
+            write_json(Path(args.json), out)
+        print(table(out))
+        print(f"\n{out['execution_time']} s; {out['output']}")
+        return 0
+    if args.gradescope:
+        root = Path(args.root)
+        path = root / "results" / "results.json"
+        try:
+            out = grade(HERE, root / "submission", hidden=True, results_path=path)
+        except Exception as e:                    # never leave Gradescope without results
+            traceback.print_exc()
+            why = f"the grader failed ({e.__class__.__name__}: {e}); tell your instructor"
+            try:
+                cfg = load_config(HERE)
+                out = results_json(score_entries(cfg, cfg["parts"], True, {}, {},
+                                                 {p: why for p in cfg["parts"]}), 0, cfg["parts"])
+            except Exception:
+                out = {"score": 0, "output": f"Nothing was graded: {why}.",
+                       "stdout_visibility": "hidden", "tests": []}
+            write_json(path, out)
+            return 0
+        print(table(out))
+        return 0
+    submission = Path(args.submission) if args.submission else HERE
+    if not submission.is_dir():
+        print(f"error: --submission {submission}: not a folder; give the folder that holds "
+              f"your files", file=sys.stderr)
+        return 1
+    if not (HERE / "tests" / "parts").is_dir():
+        print("error: no tests/parts here: run this in a student copy "
+              "(teaching/make_assignment.py writes one)", file=sys.stderr)
+        return 1
+    hidden = (HERE / HIDDEN).is_file()
+    print(f"Grading {submission.resolve()} as the autograder does"
+          + ("" if hidden else ", with the public tests (the hidden ones run on Gradescope)")
+          + ":", flush=True)
+    out = grade(HERE, submission, hidden=hidden)
+    if args.json:
+        write_json(Path(args.json), out)
+    print(table(out))
+    if not hidden:
+        cfg = load_config(HERE)
+        rest = sum(shares(cfg, p)[1] for p in cfg["parts"])
+        print(f"\nThe hidden tests - the same contracts on other seeds, shapes and edge cases - "
+              f"are worth {rest:.2f} more points on Gradescope.")
+    return 0
+
+
+# ---------------------------------------------------------------------------- the pytest plugin
+# Loaded in the test process by `-p teaching.grade`; silent unless the grader set LOG_ENV.
+
+_LOG = os.environ.get(LOG_ENV)
+_FAILED = {}
+
+
+def _emit(record):
+    with open(_LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _message(report):
+    """A failed test's one line: the assertion's message or the exception, never a traceback."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        text = crash.message
+    elif isinstance(longrepr, tuple) and len(longrepr) == 3:
+        text = f"skipped: {longrepr[2]}"
+    else:
+        text = str(longrepr)
+    if "File too large" in text or "[Errno 27]" in text:
+        return f"printed more than {MAX_OUTPUT // 2 ** 20} MB (huge output): print less"
+    if text.startswith("NotImplementedError"):
+        return "not written yet (the body raises NotImplementedError)"
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    line = lines[0] if lines else "failed"
+    return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
+
+
+if _LOG:
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def _grader_restores_global_state():
+        """What one part's code may change for the tests after it, put back after each test."""
+        import torch
+        dtype, grad, threads = torch.get_default_dtype(), torch.is_grad_enabled(), \
+            torch.get_num_threads()
+        yield
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
+
+
+def pytest_collection_finish(session):
+    if _LOG:
+        _emit({"collected": [item.nodeid for item in session.items]})
+
+
+def pytest_collectreport(report):
+    if _LOG and report.failed:
+        _emit({"collect_error": report.nodeid, "message": _message(report)})
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _LOG:
+        _emit({"start": nodeid, "t": time.time()})
+
+
+def pytest_runtest_logreport(report):
+    if _LOG and (report.failed or report.skipped) and report.nodeid not in _FAILED:
+        _FAILED[report.nodeid] = _message(report)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _LOG:
+        message = _FAILED.pop(nodeid, None)
+        _emit({"done": nodeid, "passed": message is None, "message": message, "t": time.time()})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

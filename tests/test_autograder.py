@@ -1,0 +1,246 @@
+"""Gradescope's autograder (teaching/autograder.py, teaching/grade.py): the zip, unpacked into a
+fake /autograder and run as Gradescope runs it, gives the reference full marks, a copy's blank
+parts 0 and its other parts full marks, every planted wrong answer less than its part's points,
+and broken submissions a valid results.json with one line per broken part; the student copy's
+own command prints the public tests' score table. The zip is built once for the module."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import HANG
+
+from teaching import autograder, grade
+from teaching import make_assignment as ma
+from test_assignments import HIDDEN, KEPT, WRONG, fill, key_lines, wrong_answers
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = [p.name for p in ma.PARTS]
+HALF = ["mask", "disc_loss", "joint_loss", "adam", "electra15", "flops"]   # blank in a copy
+TOP_KEYS = {"score", "execution_time", "output", "visibility", "stdout_visibility", "extra_data",
+            "tests", "leaderboard"}
+VISIBILITY = {"visible", "hidden", "after_due_date", "after_published"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A student copy of all eleven parts and its autograder.zip, written by one command."""
+    d = tmp_path_factory.mktemp("course")
+    assert ma.main(["--out", str(d / "hw"), "--autograder", str(d / "autograder.zip")]) == 0
+    return d
+
+
+def check_results(r):
+    """results.json as Gradescope's specification describes it; {(part, kind): entry}."""
+    assert set(r) <= TOP_KEYS and isinstance(r["tests"], list), set(r) - TOP_KEYS
+    assert r["stdout_visibility"] in VISIBILITY and isinstance(r["output"], str)
+    entries = {}
+    for t in r["tests"]:
+        assert isinstance(t["name"], str) and isinstance(t["output"], str) and t["output"]
+        assert 0 <= t["score"] <= t["max_score"], t
+        assert t["visibility"] in VISIBILITY
+        x = t["extra_data"]
+        assert t["visibility"] == ("visible" if x["kind"] == "public" else "after_due_date")
+        entries[x["part"], x["kind"]] = t
+    assert r["score"] == pytest.approx(sum(t["score"] for t in r["tests"]), abs=1e-6)
+    json.dumps(r)                                    # plain JSON all the way down
+    return entries
+
+
+def run(built, tmp_path, submission, **config):
+    return autograder.run_fake(built / "autograder.zip", submission, tmp_path / "autograder",
+                               config=config or None, python=sys.executable, timeout=HANG)
+
+
+def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
+    with zipfile.ZipFile(built / "autograder.zip") as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        names = set(infos)
+        for script in ("setup.sh", "run_autograder"):             # at the root, executable
+            assert infos[script].external_attr >> 16 & stat.S_IXUSR, script
+        setup = zf.read("setup.sh").decode()
+        run_script = zf.read("run_autograder").decode()
+        texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+    assert "--index-url https://download.pytorch.org/whl/cpu" in setup
+    assert "requirements.txt" in setup and "http" not in run_script and "pip" not in run_script
+    assert f"project/{HIDDEN}" in names and "project/tests/grading.json" in names
+    assert "project/tests/parts/test_part_mask.py" in names and "project/tests/conftest.py" in names
+    assert "project/teaching/grade.py" in names
+    # the grader's copy is the student copy: no reference body in its code, for any part (but
+    # the restatement test_assignments.KEPT lets every copy keep; the hidden tests compute some
+    # answers their own way, as the public tests do)
+    for part in ALL:
+        for line in key_lines(part):
+            hits = [n for n, t in texts.items() if line in t and n != f"project/{HIDDEN}"
+                    and (part, n[len("project/"):]) not in KEPT]
+            assert not hits, (part, line, hits)
+    # the student copy has no hidden test; the zip is the same bytes when built again
+    assert not (built / "hw" / ma.HIDDEN_TESTS).exists() and not (built / "hw" / HIDDEN).exists()
+    autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS)
+    assert (built / "again.zip").read_bytes() == (built / "autograder.zip").read_bytes()
+
+
+def test_the_reference_gets_full_marks(built, tmp_path):
+    r = run(built, tmp_path, ROOT)
+    entries = check_results(r)
+    assert sorted(entries) == sorted((p, k) for p in ALL for k in ("public", "hidden"))
+    for (part, kind), t in entries.items():
+        assert t["score"] == t["max_score"] > 0, (part, kind, t["output"])
+        n = t["extra_data"]["tests"]
+        assert t["output"] == f"{n} of {n} tests passed."
+    # the points of make_assignment.POINTS, half to the hidden tests
+    assert r["score"] == sum(ma.POINTS.values()) == 100
+    assert entries["mask", "hidden"]["max_score"] == ma.POINTS["mask"] * ma.HIDDEN_SHARE
+    assert all(entries[p, "hidden"]["extra_data"]["tests"] >= 2 for p in ALL)
+
+
+def test_a_blank_copy_gets_0_on_its_blank_parts_and_full_marks_elsewhere(built, tmp_path):
+    copy = tmp_path / "half"
+    ma.make_copy(copy, HALF)
+    entries = check_results(run(built, tmp_path, copy))
+    for (part, kind), t in entries.items():
+        if part in HALF:
+            assert t["score"] == 0 and "not written yet" in t["output"], (part, kind)
+            assert t["output"].count("\n") == 0
+        else:
+            assert t["score"] == t["max_score"], (part, kind, t["output"])
+
+
+def test_every_planted_wrong_answer_loses_points_in_public_and_hidden_tests(built, tmp_path):
+    """test_assignments.WRONG's first round, one wrong body in each of the eleven parts, handed
+    in as a student would hand in the files."""
+    answers = wrong_answers(0)
+    assert sorted(answers) == sorted(ALL)
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {ma.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, body in answers.items():
+        fill(sub, part, body)
+    entries = check_results(run(built, tmp_path, sub))
+    for (part, kind), t in entries.items():
+        assert t["score"] < t["max_score"], (part, kind, t["output"])
+        assert "Failed:\n- " in t["output"] or "0 of" in t["output"], t["output"]
+    assert len(WRONG[0]) == 11
+
+
+# Broken submissions, one part each, the rest the reference: what a student may hand in.
+BROKEN = {
+    "mask": (["x = (", "return x"], "SyntaxError"),                      # does not parse
+    "corrupt": (None, "markers"),                                         # markers deleted
+    "sample": (None, "not sample (renamed"),                              # function renamed
+    "mlm_loss": (["import no_such_module_here", "return 0"], "No module named"),
+    "disc_loss": (["while True:", "    pass"], "time limit"),            # an endless loop
+    "adam": (["while True:", "    print('x' * 100_000)"], "huge output"),
+    "electra15": (["import ctypes", "ctypes.string_at(0)"], "crashed"),   # a segmentation fault
+    "layer_decay": (["import sys", "sys.exit(3)"], "SystemExit"),
+}
+
+
+def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_path):
+    sub = tmp_path / "submission" / "my-folder"          # a zipped folder, one level down
+    sub.mkdir(parents=True)
+    for f in {ma.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, (body, _) in BROKEN.items():
+        if body:
+            fill(sub, part, body)
+    text = (sub / "objectives.py").read_text()
+    x_line = text.splitlines().index("    x = (") + 1           # the syntax error, from 1
+    text = text.replace("    # BEGIN ASSIGNMENT corrupt\n", "")
+    text = text.replace("def sample(logits", "def sample_tokens(logits")
+    (sub / "objectives.py").write_text(text)
+    limits = {p: ma.TIME_LIMIT_S for p in ALL}
+    limits["disc_loss"] = 3                              # the endless loop's part, short
+    r = run(built, tmp_path, tmp_path / "submission", time_limit_s=limits)
+    entries = check_results(r)
+    for (part, kind), t in entries.items():
+        if part in BROKEN:
+            assert t["score"] == 0, (part, kind, t["output"])
+            assert BROKEN[part][1] in t["output"] and t["output"].count("\n") == 0, t["output"]
+        else:
+            assert t["score"] == t["max_score"], (part, kind, t["output"])
+    assert f"objectives.py, line {x_line}: SyntaxError" in entries["mask", "public"]["output"]
+    assert "stopped after 3 s" in entries["disc_loss", "hidden"]["output"]
+
+
+def test_a_grader_that_cannot_start_still_leaves_results(built, tmp_path):
+    root = tmp_path / "autograder"
+    (root / "source").mkdir(parents=True)
+    autograder.unpack(built / "autograder.zip", root / "source")
+    (root / "submission").mkdir()
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON="/bin/false")
+    subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                   timeout=HANG, check=True)
+    r = json.loads((root / "results" / "results.json").read_text())
+    assert r["score"] == 0 and r["tests"] == [] and "could not start" in r["output"]
+    # the grader itself failing (here: its points file broken) also ends in a results.json
+    (root / "source" / "project" / "tests" / "grading.json").write_text("{broken")
+    (root / "results" / "results.json").unlink()
+    env["AUTOGRADER_PYTHON"] = sys.executable
+    subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                   timeout=HANG, check=True)
+    r = json.loads((root / "results" / "results.json").read_text())
+    assert r["score"] == 0 and "the grader failed (JSONDecodeError" in r["output"]
+
+
+def test_a_run_past_its_time_budget_still_writes_every_part(built, tmp_path):
+    """The whole run stops within tests/grading.json's budget_s (under Gradescope's limit), and
+    every part not graded by then says so (here a budget too short to start the tests)."""
+    entries = check_results(run(built, tmp_path, ROOT, budget_s=0.5))
+    assert sorted(entries) == sorted((p, k) for p in ALL for k in ("public", "hidden"))
+    for t in entries.values():
+        assert t["score"] == 0 and "time ran out" in t["output"], t["output"]
+
+
+def test_a_student_copy_prints_the_public_score_table(tmp_path):
+    out = tmp_path / "hw2"
+    assert ma.main(["--out", str(out), "--parts", "sample,flops", "--points", "sample=10"]) == 0
+    assert json.loads((out / "tests" / "grading.json").read_text())["points"] == \
+        {"sample": 10, "flops": ma.POINTS["flops"]}
+    assert "- **Points**: 10 (5 for the public tests, 5 for the hidden tests)" in \
+        (out / "ASSIGNMENTS.md").read_text()
+    fill(out, "flops", ma.reference_body("flops"))
+    fill(out, "sample", ["return logits.detach().argmax(-1)"])      # a wrong answer
+    runs = [subprocess.run([sys.executable, "teaching/grade.py"], cwd=out, capture_output=True,
+                           text=True, timeout=HANG) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    lines = runs[0].stdout.splitlines()
+    assert any(l.startswith(" 2 sample (public)") and "of 4" in l and "of 5.00" in l
+               for l in lines), lines
+    assert any(l.startswith("11 flops (public)") and "2 of 2" in l and "4.00 of 4.00" in l
+               for l in lines), lines
+    assert "sample (public): " in runs[0].stdout and "is a sample not the argmax" in runs[0].stdout
+    assert "worth 9.00 more points on Gradescope" in runs[0].stdout     # 5 + 4
+    # the same numbers on every run (the times aside)
+    strip = [[l[:-8] for l in r.stdout.splitlines()] for r in runs]
+    assert strip[0] == strip[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--autograder", "{tmp}/ag.tar"], "name a .zip file"),
+    (["--autograder", "{tmp}/nowhere/ag.zip"], "no folder"),
+    (["--autograder", "{tmp}/hw/ag.zip"], "inside the student copy"),
+    (["--points", "mask=ten"], "must be a number"),
+    (["--points", "mask=-1"], "must be a number"),
+    (["--points", "flops=3"], "not one of the chosen parts"),
+])
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert ma.main(["--out", str(tmp_path / "hw"), "--parts", "mask", *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
+    (tmp_path / "x.zip").write_text("not a zip")
+    assert grade.main(["--check", str(tmp_path / "x.zip")]) == 1
+    err = capsys.readouterr().err
+    assert "not a zip file" in err and err.count("\n") == 1
