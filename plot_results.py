@@ -110,12 +110,18 @@ def log_labels(paths, logs):
 
 
 def glue_figure(runs):
-    """Figure 1 / Figure 4 (right) style: GLUE score vs pre-training FLOPs."""
+    """Figure 1 / Figure 4 (right) style: GLUE score vs pre-training FLOPs, each point labelled
+    with its score, and how far below the paper's compute our largest run is."""
     fig, ax = plt.subplots(figsize=(7, 4.8))
     # paper reference first so our runs are drawn on top; faint grey, labelled "paper"
     for pts, label, marker in [(PAPER_ELECTRA, "paper: ELECTRA-Small (Table 1, 8 tasks)", "o"),
                                (PAPER_BERT, "paper: BERT-Small (Table 1, 8 tasks)", "s")]:
         ax.plot(*zip(*pts), marker=marker, color="grey", alpha=0.35, lw=1, ls="--", label=label)
+    for (x, y), note in [(PAPER_ELECTRA[0], "6 h on 1 V100"), (PAPER_ELECTRA[-1], ""),
+                         (PAPER_BERT[0], "")]:
+        ax.annotate(f"{y:.1f}" + (f"\n{note}" if note else ""), (x, y), xytext=(0, -9 if y < 78
+                    else 6), textcoords="offset points", ha="center", va="top" if y < 78
+                    else "bottom", fontsize=7, color="dimgrey")
     groups = {}
     for r in runs:
         p = r["pretrain"]
@@ -126,10 +132,20 @@ def glue_figure(runs):
         label = name
         if len(task_sets) > 1:  # task sets differ between runs: say so per series
             label += " [" + " | ".join(sorted({_tasks_str(r["glue_tasks"]) for r in rs})) + "]"
-        ax.plot([r["pretrain"]["flops"] for r in rs], [r["glue_score"] for r in rs], marker="o",
-                lw=2, color=COLORS.get(name), label=label)
+        xs, ys = [r["pretrain"]["flops"] for r in rs], [r["glue_score"] for r in rs]
+        ax.plot(xs, ys, marker="o", lw=2, color=COLORS.get(name), label=label)
+        for x, y in zip(xs, ys):
+            ax.annotate(f"{y:.1f}", (x, y), xytext=(7, 0), textcoords="offset points",
+                        va="center", fontsize=8, color=COLORS.get(name, "black"))
+    most = max(r["pretrain"]["flops"] for r in runs)
+    if 0 < most < PAPER_ELECTRA[-1][0]:       # how far below the paper: say it on the figure
+        ratio = float(f"{PAPER_ELECTRA[-1][0] / most:.2g}")       # two figures: "about"
+        ax.annotate(f"our largest run: about 1/{ratio:,.0f} of the paper's "
+                    f"{PAPER_ELECTRA[-1][0]:.1e} FLOPs", (0.02, 0.5), xycoords="axes fraction",
+                    fontsize=8, color="dimgrey")
+    ax.set_ylim(top=max(85, ax.get_ylim()[1]))      # room for the paper's labels
     ax.set_xscale("log")
-    ax.set_xlabel("Pre-train FLOPs")
+    ax.set_xlabel("Pre-train FLOPs (the paper's count, Appendix E)")
     ax.set_ylabel("GLUE dev score")
     tasks = next(iter(task_sets))
     cover = (f"{len(tasks)} of 8 tasks: {_tasks_str(tasks)}" if len(task_sets) == 1
@@ -242,7 +258,8 @@ def table1(runs):
         name = series_name(p["model"], p["objective"])
         if isinstance(p.get("steps"), int):
             steps = p["steps"]
-            name += f" ({steps / 1000:g}k steps)" if steps >= 10_000 else f" ({steps:,} steps)"
+            name += (f" ({steps // 1000}k steps)" if steps >= 10_000 and steps % 1000 == 0
+                     else f" ({steps:,} steps)")
         params = f"{p['params'] / 1e6:.1f}M" if isinstance(p.get("params"), (int, float)) else "?"
         row = [name, f"{p['flops']:.1e}", params, _fmt_time(r), f"{r['glue_score']:.1f}"]
         for t in tasks:

@@ -41,7 +41,7 @@ from analysis.analyses import InspectError, attention, calibration, cola, d_prob
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from analysis.representations import compare
 from analysis import token_groups
-from objectives import Masked, corrupt, mask_tokens, sample
+from objectives import Masked, corrupt, mask_slots, mask_tokens, sample
 from machinery.tokenize_corpus import split_sentences
 from machinery.tokenizer import Tokenizer
 import matplotlib
@@ -115,16 +115,34 @@ def choose_positions(toks, items):
     return sorted(chosen)
 
 
-def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128):
-    """Figure 2 with real tensors: every intermediate of one pre-training step on one text."""
+DRAW = "draw"     # --mask draw: m as a training step draws it, seeded (not chosen by hand)
+
+
+def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_prob=0.15):
+    """Figure 2 with real tensors: every intermediate of one pre-training step on one text.
+    mask_items: the positions to mask (choose_positions), or ["draw"]: the seeded draw of a
+    training step (objectives.mask_tokens with mask_prob: k = round(mask_prob n) positions,
+    85 % of them shown as [MASK], 15 % kept), with the same random numbers, in the same order,
+    as teaching/one_step.py --seed, so the two show the same step."""
     x = torch.tensor([encode(tok, text, max_len)])
-    m = torch.tensor([choose_positions(pieces(tok, x[0]), mask_items)])
-    if m.shape[1] == 0:
-        raise InspectError("figure2 needs at least one --mask position")
-    x_masked = x.scatter(1, m, tok.mask_id)             # every chosen token shown as [MASK]
-    logits = model.generator(x_masked, m)               # (1, K, V): p_G only at m
+    g = torch.Generator().manual_seed(seed)
+    if [s.strip().lower() for s in mask_items if s.strip()] == [DRAW]:
+        drawn = mask_tokens(x, tok.special_ids, tok.mask_id, mask_slots(x.shape[1], mask_prob),
+                            mask_prob, generator=g)
+        logits = model.generator(drawn.x_masked, drawn.positions)   # every slot, as training
+        x_hat = sample(logits, generator=g)
+        used = (drawn.weights[0] > 0).nonzero()[:, 0]
+        used = used[drawn.positions[0, used].argsort()]              # m in the sentence's order
+        m, x_masked, logits, x_hat = drawn.positions[:, used], drawn.x_masked, \
+            logits[:, used], x_hat[:, used]
+    else:
+        m = torch.tensor([choose_positions(pieces(tok, x[0]), mask_items)])
+        if m.shape[1] == 0:
+            raise InspectError("figure2 needs at least one --mask position")
+        x_masked = x.scatter(1, m, tok.mask_id)             # every chosen token shown as [MASK]
+        logits = model.generator(x_masked, m)               # (1, K, V): p_G only at m
+        x_hat = sample(logits, generator=g)                 # x̂_i ~ p_G
     top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
-    x_hat = sample(logits, generator=torch.Generator().manual_seed(seed))     # x̂_i ~ p_G
     x_corrupt, is_replaced = corrupt(x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)),
                                      x_hat)
     return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
@@ -167,8 +185,80 @@ def show(model, tok, cfg, text, mask_items, k, out, on):
     save_png(fig, out / "sentence.png")
 
 
+# Figure 2's colours, one meaning each (the step table of the annotated pages uses the same
+# yellow and red): yellow a position in m, red a replaced token, blue P(replaced), green and
+# violet D's verdict right and wrong.
+IN_M, REPLACED, RIGHT, WRONG = "#fff3c4", "#ffc2c2", "#c9e7c9", "#dcc6f0"
+P_COLOURS = matplotlib.colors.LinearSegmentedColormap.from_list(
+    "p_replaced", [plt.cm.Blues(0.02), plt.cm.Blues(0.85)])
+
+
+def how_masked(mask_items, seed):
+    """How m was chosen, in words, for the figure."""
+    items = [s.strip() for s in mask_items if s.strip()]
+    if [s.lower() for s in items] == [DRAW]:
+        return f"m: the seeded 15 % draw of a training step (--mask draw --seed {seed})"
+    return f"m: chosen by hand (--mask {','.join(items)}); x̂ sampled with --seed {seed}"
+
+
+def figure2_png(tok, tr, how):
+    """Figure 2 as a table, one row per token as the paper draws it, with a legend: the
+    figure of figure2_trace's tensors."""
+    toks = [pieces(tok, tr[key][0]) for key in ("x", "x_masked", "x_corrupt")]
+    m, rows, colours, weight = tr["m"][0].tolist(), [], [], []
+    p_rep, p_real = [], []
+    for t in range(1, tr["x"].shape[1] - 1):         # one row per token, as the paper draws it
+        p, rep, j = float(tr["p_replaced"][0, t]), bool(tr["is_replaced"][0, t]), \
+            m.index(t) if t in m else None
+        (p_rep if rep else p_real).append(p)
+        says = "replaced" if p > 0.5 else "original"
+        rows.append([shown(toks[0][t]), shown(toks[1][t]), "" if j is None else top_text(
+            tok, tr["top_ids"][0, j, :3], tr["top_p"][0, j, :3], ", "),
+            "" if j is None else shown(pieces(tok, tr["x_hat"][0, j:j + 1])[0]),
+            shown(toks[2][t]), "replaced" if rep else "original", f"{p:.2f}",
+            says + (" ✓" if (p > 0.5) == rep else " ✗")])
+        colours.append(["w", IN_M if j is not None else "w", "w"]
+                       + [REPLACED if rep else "w"] * 3
+                       + [P_COLOURS(p), RIGHT if (p > 0.5) == rep else WRONG])
+        weight.append(rep)
+    head = ["x", "x_masked", "top-3 of p_G", "x̂ ~ p_G", "x_corrupt", "is_replaced",
+            "P(replaced)", "D says (> 0.5)"]
+    chars = [max(len(r[c]) for r in rows + [head]) + 2 for c in range(8)]
+    width, height = 0.085 * sum(chars), 0.3 * (len(rows) + 1)       # inches
+    fig = plt.figure(figsize=(max(width, 9), height + 1.3))
+    ax = fig.add_axes([0.5 - width / max(width, 9) / 2, 0.8 / (height + 1.3),
+                       width / max(width, 9), height / (height + 1.3)])
+    ax.axis("off")
+    table = ax.table(rows, cellColours=colours, cellLoc="center", colLabels=head,
+                     colWidths=[c / sum(chars) for c in chars], bbox=[0, 0, 1, 1])
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    for (r, c), cell in table.get_celld().items():
+        if r > 0 and c in (3, 4, 5) and weight[r - 1]:
+            cell.get_text().set_fontweight("bold")
+        if r > 0 and c == 6 and float(rows[r - 1][6]) > 0.6:
+            cell.get_text().set_color("white")
+    mean = lambda v: f"{sum(v) / len(v):.2f}" if v else "-"   # noqa: E731
+    ax.set_title("Replaced token detection (Figure 2) with this checkpoint's G and D\n"
+                 f"{how}; mean P(replaced): replaced tokens {mean(p_rep)}, original ones "
+                 f"{mean(p_real)}", fontsize=10)
+    patch = matplotlib.patches.Patch
+    handles = [patch(fc=IN_M, ec="k", lw=0.5, label="x_masked: a position in m"),
+               patch(fc=REPLACED, ec="k", lw=0.5, label="a replaced token (x_corrupt ≠ x)"),
+               patch(fc=RIGHT, ec="k", lw=0.5, label="D right (✓)"),
+               patch(fc=WRONG, ec="k", lw=0.5, label="D wrong (✗)")]
+    fig.legend(handles=handles, loc="lower left", ncol=2, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.0, 0.0))
+    bar = fig.add_axes([0.72, 0.25 / (height + 1.3), 0.25, 0.12 / (height + 1.3)])
+    fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.Normalize(0, 1), P_COLOURS), cax=bar,
+                 orientation="horizontal", ticks=[0, 0.5, 1])
+    bar.set_title("P(replaced) = 1 - D(x, t)", fontsize=8)
+    bar.tick_params(labelsize=7)
+    return fig
+
+
 def figure2(model, tok, cfg, text, mask_items, k, seed, out):
-    tr = figure2_trace(model, tok, text, mask_items, k, seed, cfg.seq_len)
+    tr = figure2_trace(model, tok, text, mask_items, k, seed, cfg.seq_len, cfg.mask_prob)
     torch.set_printoptions(precision=3, sci_mode=False, linewidth=100)
     words = lambda key: " ".join(map(shown, pieces(tok, tr[key][0])))  # noqa: E731
     print(f"x              {words('x')}\n{'':14} {tr['x']}\nm              {tr['m']} (masked "
@@ -180,30 +270,7 @@ def figure2(model, tok, cfg, text, mask_items, k, seed, out):
           f"{words('x_corrupt')}\n{'':14} {tr['x_corrupt']}\nis_replaced    "
           f"{tr['is_replaced'].int()} (x_corrupt != x: a sample equal to the original is real)"
           f"\nP(replaced)    {tr['p_replaced']}\nD(x_corrupt,t) {1 - tr['p_replaced']} (P(real))")
-    toks = [pieces(tok, tr[key][0]) for key in ("x", "x_masked", "x_corrupt")]
-    m, rows, colours = tr["m"][0].tolist(), [], []
-    for t in range(1, tr["x"].shape[1] - 1):         # one row per token, as the paper draws it
-        p, rep, j = float(tr["p_replaced"][0, t]), bool(tr["is_replaced"][0, t]), \
-            m.index(t) if t in m else None
-        rows.append([shown(toks[0][t]), shown(toks[1][t]), "" if j is None else top_text(
-            tok, tr["top_ids"][0, j, :3], tr["top_p"][0, j, :3], ", "),
-            "" if j is None else shown(pieces(tok, tr["x_hat"][0, j:j + 1])[0]),
-            shown(toks[2][t]), "replaced" if rep else "original", f"{p:.3f}",
-            "replaced" if p > 0.5 else "original"])
-        colours.append(["w"] * 5 + ["#f4a6a6" if rep else "#c9e7c9", plt.cm.Reds(0.1 + 0.8 * p),
-                                     "#c9e7c9" if (p > 0.5) == rep else "#f4a6a6"])
-    fig, ax = plt.subplots(figsize=(12, 0.4 * len(rows) + 1))
-    ax.axis("off")
-    table = ax.table(rows, cellColours=colours, loc="center", cellLoc="center", colLabels=[
-        "x", "x_masked", "top-3 of p_G", "x̂ ~ p_G", "x_corrupt", "is_replaced", "P(replaced)",
-        "D says"])
-    table.auto_set_font_size(False)
-    table.set_fontsize(9)
-    table.auto_set_column_width(range(8))
-    table.scale(1, 1.5)
-    ax.set_title("Replaced token detection (Figure 2) with this checkpoint's G and D "
-                 "(D says: green = right, red = wrong)", fontsize=10)
-    save_png(fig, out / "figure2.png")
+    save_png(figure2_png(tok, tr, how_masked(mask_items, seed)), out / "figure2.png")
     return tr
 
 
@@ -212,9 +279,10 @@ PAPER_SENTENCE, PAPER_MASK = "the chef cooked the meal", "the,cooked"     # Figu
 
 def default_sentence(args, tok, cfg):
     """figure2's text and --mask when none is given: a sentence of the checkpoint's own kind of
-    text - the first of 12 to 40 tokens in --data's validation split, counted from a place the
-    seed picks (else the first 40 tokens of a longer one) - with its masked positions drawn as pre-training draws them (mask_tokens, the
-    checkpoint's mask_prob, seeded). Without --data, the paper's example, which a model trained
+    text - the first in --data's validation split, counted from a place the seed picks, that
+    fits the positions D was trained on (up to 40 tokens, at least 2/3 of that; else the start
+    of a longer one) - with m the seeded draw of a training step (--mask draw, the same random
+    numbers as teaching/one_step.py). Without --data, the paper's example, which a model trained
     on other text (the demo corpus is Python's documentation) may find strange. Returns (text,
     mask items, one line saying which)."""
     if not args.data:
@@ -228,25 +296,22 @@ def default_sentence(args, tok, cfg):
     tokens, lengths = load_split(args.data, "val", meta)
     ends, rng = np.cumsum(lengths, dtype=np.int64), np.random.default_rng(args.seed)
     order = np.roll(np.arange(len(lengths)), -int(rng.integers(max(1, len(lengths)))))
-    pick = next((i for i in order if 12 <= lengths[i] <= 40), None)    # a sentence that fits
-    if pick is None:                                  # else the first 40 tokens of a longer one
-        pick = next((i for i in order if lengths[i] >= 5), None)
+    most = min(40, cfg.seq_len - 2)                    # the laptop recipe's D sees 14 tokens
+    pick = next((i for i in order if 2 * most // 3 <= lengths[i] <= most), None)
+    if pick is None:                                   # else the start of a longer sentence
+        pick = next((i for i in order if lengths[i] >= min(5, most)), None)
     if pick is None:
         return PAPER_SENTENCE, args.mask or PAPER_MASK, (
             f"figure2: {args.data}'s validation split has no sentence of 5 tokens or more: the "
             f"paper's example {PAPER_SENTENCE!r} instead")
-    ids = tokens[ends[pick] - lengths[pick]:ends[pick]][:40].astype(int).tolist()
+    ids = tokens[ends[pick] - lengths[pick]:ends[pick]][:most].astype(int).tolist()
     text = tok.decode(ids).strip()
     if args.mask:
         return text, args.mask, f"figure2: sentence {pick} of {args.data}'s validation split"
-    x = torch.tensor([encode(tok, text, cfg.seq_len)])
-    m = mask_tokens(x, (tok.pad_id, tok.cls_id, tok.sep_id), tok.mask_id, x.shape[1],
-                    cfg.mask_prob, generator=torch.Generator().manual_seed(args.seed))
-    chosen = sorted(int(t) - 1 for t, w in zip(m.positions[0], m.weights[0]) if w > 0)
-    return text, ",".join(map(str, chosen)), (
-        f"figure2: sentence {pick} of {args.data}'s validation split (seed {args.seed}), "
-        f"{len(chosen)} masked position(s) drawn as pre-training draws them "
-        f"({cfg.mask_prob:.0%} of the tokens); give TEXT and --mask to choose")
+    return text, DRAW, (
+        f"figure2: sentence {pick} of {args.data}'s validation split (seed {args.seed}), its "
+        f"masked positions m the seeded {cfg.mask_prob:.0%} draw of a training step (--mask "
+        "draw); give TEXT and --mask to choose")
 
 
 # ----------------------------------------------------------------------------- held-out text
@@ -381,7 +446,8 @@ def parse_args(argv):
     p.add_argument("words", nargs="*", help=f"[{'|'.join(COMMANDS)}] [TEXT] (default: show)")
     p.add_argument("--ckpt", type=cli.nonempty, required=True,
                    help="ELECTRA pre-training checkpoint (ckpt.pt)")
-    p.add_argument("--mask", default="", help="show/figure2: token indices or words, e.g. 2,4")
+    p.add_argument("--mask", default="", help="show/figure2: token indices or words, e.g. 2,4; "
+                   "figure2: draw - the seeded 15 %% draw of a training step (--seed)")
     p.add_argument("--topk", type=int, help="p_G's best tokens: how many to show (default 5); "
                    "mlm: the candidates Appendix G picks from (default 100, as the paper)")
     p.add_argument("--bert", type=cli.nonempty,

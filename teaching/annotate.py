@@ -70,33 +70,62 @@ class Figure:
 FIGURES = {
     "index": [Figure(
         "docs/figure2.png",
-        "The paper's Figure 2 drawn from the tensors of a real checkpoint (a small D trained "
-        "for 2 hours on one CPU core): `python analysis/inspect_discriminator.py all --ckpt "
-        "CKPT --data DIR` draws it for yours.", "Figure 2 with real tensors")],
+        "The paper's Figure 2 drawn from the tensors of the quick start's checkpoint (3,000 "
+        "steps on the demo corpus, the run on the train.py page) on a sentence of the corpus's "
+        "validation text; m is the seeded 15 % draw of a training step (seed 0), not chosen by "
+        "hand. D gives G's two replacements, \"another\" and \"information\", P(replaced) 0.34 "
+        "and 0.45 and every original token 0.12 or less: the two highest on the row, though "
+        "both under the 0.5 at which D would say \"replaced\" (at 0.5 it catches 41.8 % of the "
+        "replaced tokens). The sentence is the first, in file order, of the 105 short prose "
+        "sentences of the validation text in which seed 0's replaced tokens all score above "
+        "every original one (46 do; over all 105, replaced tokens average 0.43, original ones "
+        "0.09). Drawn by `python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt "
+        "\"Return the main content-type and a dictionary of options.\" --mask draw --seed 0` "
+        "(docs/annotated.md).", "Figure 2 with real tensors")],
     "objectives.py": [Figure(
         "docs/one_step.json",
         "One real step on one short sentence: the tensors of lines 1 and 2 of the algorithm "
-        "and D's verdict, from the checkpoint of the laptop run drawn on the train.py page "
-        "(3,000 steps, D still at the edge of the plateau, so its P(replaced) hardly singles "
-        "out the replaced tokens yet). A sample equal to the original counts as real. Written "
-        "by `python teaching/one_step.py --ckpt CKPT` (command, checkpoint and date in "
-        "docs/one_step.json).", "one step as a table")],
+        "and D's verdict, from the quick start's checkpoint (3,000 steps; D left the plateau at "
+        "step 1,300, the run drawn on the train.py page) - the step Figure 2 on the index "
+        "draws. m is the seeded draw a training step makes (seed 0: k = round(0.15 x 12) = 2 of "
+        "the 12 tokens); G's samples \"another\" and \"information\" replace \"Return\" and "
+        "\"and\", and D gives them P(replaced) 0.34 and 0.45 against 0.12 or less for every "
+        "original token. A sample equal to the original would count as real. The sentence is "
+        "from the demo corpus's validation text (how it was chosen: docs/annotated.md). "
+        "Written by `python teaching/one_step.py --ckpt out/ckpt.pt` (the sentence and seed 0 "
+        "are its defaults; command, checkpoint and date in docs/one_step.json).",
+        "one step as a table")],
     "train.py": [Figure(
         "docs/plateau_run.png",
-        "The plateau, from the log of a real laptop run (`electra_small.py --size laptop "
-        "--max_steps 3000 --threads 1`: one block of D, 8k vocabulary, Wikipedia). Within a "
-        "hundred steps D answers \"real\" everywhere with about the right bias: L_Disc sits "
-        "just under the plateau's loss H(r) and D catches under 2 % of the replaced tokens for "
-        "1,500 steps. Then it begins to read its neighbours: L_Disc falls below 0.9 H(r) at "
-        "step 2,200 and recall climbs to 9.8 % at step 3,000, just short of the 10 % of the "
-        "trainer's rule for leaving the plateau; a run with more steps leaves it. Drawn by "
-        "`python plot_results.py --plateau LOG`; the run in docs/annotated.md, the why in "
-        "docs/plateau.md.", "L_Disc and D's recall against steps")],
+        "The plateau, from the log of the quick start's own run (`python electra_small.py "
+        "--size laptop --max_steps 3000`: one block of D, 8k vocabulary, the demo corpus; "
+        "2-core AMD EPYC, AVX512-BF16, bf16, beside other jobs, 2026-11-26). For a thousand "
+        "steps D answers almost everything \"real\": L_Disc sits a little under the plateau's "
+        "loss H(r) and D catches under 10 % of the replaced tokens (0.5 % at step 200, 6.2 % at "
+        "1,000). At step 1,300 it leaves the plateau by the trainer's rule (recall 13.5 %, "
+        "L_Disc 0.293 below 0.9 H(r) = 0.325), and recall climbs to 41.8 % at 75.9 % precision "
+        "by step 3,000. Drawn by `python plot_results.py --plateau out/log.jsonl`; the run in "
+        "docs/annotated.md, the why in docs/plateau.md.", "L_Disc and D's recall against steps")],
     "flops.py": [Figure(
         "docs/cpu_electra_vs_bert_glue_vs_flops.png",
-        "GLUE against pre-training compute: CPU runs of ELECTRA and BERT-Small (45 minutes "
-        "each on one core, 5 GLUE tasks subsampled) next to the paper's Table 1 points, drawn "
-        "by `plot_results.py` (command and runs in docs/results.md).",
+        "GLUE against pre-training compute: this project's ELECTRA and BERT-Small, the laptop "
+        "recipe trained for 45 minutes each on one CPU core (2-core AMD EPYC, AVX2, float32, "
+        "2026-11-24; 5 GLUE tasks subsampled, median of 3 seeds: ELECTRA 34.9, BERT-Small "
+        "41.0), with the paper's Table 1 drawn for scale (all 8 tasks: ELECTRA-Small 79.9 and "
+        "BERT-Small 75.1 at 1.4e18 FLOPs, ELECTRA-Small after 6 hours, 6.25 % of its training, "
+        "74.1 at 8.9e16). Here BERT leads, the opposite of the paper, at about 1/2,500 of the "
+        "paper's compute by the paper's own count (1/3,900 for BERT). ELECTRA's D first sat for "
+        "1,000-2,000 of its 13,822 steps on what this project calls the plateau, answering "
+        "\"real\" everywhere, the majority class (the paper's own D \"would sometimes fail to "
+        "learn at all beyond the majority class\" in two-stage training when not started from "
+        "G's weights, §3.2), and what it had learned by the end (which neighbour fits; 45 % of "
+        "the replaced tokens caught) helped these tasks less than BERT's masked LM at 37 % "
+        "accuracy: one reading, not tested here; the paper's smallest point used 160 times this "
+        "compute, so the figure does not test its claim. Table 1 prints 1.4e18 for both "
+        "models; the official code's flops_computation.py gives "
+        "1.294e18 for ELECTRA-Small and 1.419e18 for BERT-Small. Drawn by `python "
+        "plot_results.py --results docs/glue_vs_flops/electra.json "
+        "docs/glue_vs_flops/bert.json` (the runs' commands in docs/results.md).",
         "GLUE dev score against pre-training FLOPs")],
 }
 

@@ -473,6 +473,10 @@ def test_one_step_of_a_tiny_model(tmp_path, learnable_data_dir, one_thread):
     assert len(data["m"]) == max(1, round(0.15 * (len(data["rows"]["x"]) - 2)))
     assert data == one_step.one_step(model, tok, cfg, "the cat sees the ball in the morning.",
                                      seed=1)                                    # reproducible
+    p = run_cli("teaching/one_step.py", "--ckpt", ckpt, "--text", "the cat " * 40, "--out",
+                tmp_path / "s.json")              # past the checkpoint's 64 trained positions
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+    assert "at most 62" in p.stderr and not (tmp_path / "s.json").exists()
     p = run_cli("teaching/one_step.py", "--ckpt", tmp_path / "none.pt", "--out",
                 tmp_path / "s.json")
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1

@@ -118,6 +118,60 @@ def test_figure2_trace_labels_by_comparison_with_x(loaded, monkeypatch):
     assert torch.equal(tr["is_replaced"], tr["x_corrupt"] != tr["x"])
 
 
+def test_figure2_draw_is_the_step_of_one_step(loaded):
+    """--mask draw: m is a training step's seeded 15 % draw, and the whole trace is the step
+    teaching/one_step.py shows for the same text and seed (the table and the figure agree)."""
+    from teaching import one_step
+    model, tok, cfg = loaded
+    text = "the cat sees the ball in the morning and the dog likes the river."
+    for seed in (0, 3):
+        with torch.inference_mode():
+            tr = insp.figure2_trace(model, tok, text, ["draw"], seed=seed, max_len=cfg.seq_len,
+                                    mask_prob=cfg.mask_prob)
+        step = one_step.one_step(model, tok, cfg, text, seed=seed)
+        n = tr["x"].shape[1] - 2
+        assert tr["m"][0].tolist() == step["m"] and len(step["m"]) == int(0.15 * n + 0.5)
+        rows = step["rows"]
+        assert [one_step.shown(tok, int(i)) for i in tr["x_masked"][0]] == rows["x_masked"]
+        assert [one_step.shown(tok, int(i)) for i in tr["x_corrupt"][0]] == rows["x_corrupt"]
+        assert tr["is_replaced"][0].int().tolist() == rows["is_replaced"]
+        assert [f"{float(p):.2f}" for p in tr["p_replaced"][0]] == rows["p_replaced"]
+        assert torch.equal(tr["x_corrupt"].gather(1, tr["m"]), tr["x_hat"])
+    assert insp.how_masked(["draw"], 3).startswith("m: the seeded 15 % draw")
+    assert "chosen by hand (--mask the,sees)" in insp.how_masked(["the", "sees"], 0)
+
+
+def test_figure2_colours_mean_one_thing_each_and_have_a_legend(loaded):
+    """Yellow only for a position in m (x_masked), red only for a replaced token, green and
+    violet only for D's verdict: right and wrong; the legend names all four."""
+    model, tok, cfg = loaded
+    with torch.inference_mode():
+        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees", "ball"])
+    tr["p_replaced"] = torch.linspace(0.05, 0.95, tr["x"].shape[1])[None]   # D right and wrong
+    fig = insp.figure2_png(tok, tr, insp.how_masked(["the", "sees", "ball"], 0))
+    rgba = insp.matplotlib.colors.to_rgba
+    cells = fig.axes[0].tables[0].get_celld()
+    m, seen = tr["m"][0].tolist(), set()
+    for t in range(1, tr["x"].shape[1] - 1):
+        rep, p = bool(tr["is_replaced"][0, t]), float(tr["p_replaced"][0, t])
+        colour = [tuple(cells[t, c].get_facecolor()) for c in range(8)]
+        assert (colour[1] == rgba(insp.IN_M)) == (t in m)
+        assert all((colour[c] == rgba(insp.REPLACED)) == rep for c in (3, 4, 5))
+        assert colour[7] == rgba(insp.RIGHT if (p > 0.5) == rep else insp.WRONG)
+        for c, k in enumerate(colour):
+            named = {v for v in ("IN_M", "REPLACED", "RIGHT", "WRONG")
+                     if k == rgba(getattr(insp, v))}
+            assert named <= {1: {"IN_M"}, 3: {"REPLACED"}, 4: {"REPLACED"}, 5: {"REPLACED"},
+                             7: {"RIGHT", "WRONG"}}.get(c, set()), (t, c, named)
+            seen |= named
+    assert seen == {"IN_M", "REPLACED", "RIGHT", "WRONG"}      # every meaning is on the figure
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 4 and any("in m" in t for t in legend) and \
+        any("replaced" in t for t in legend) and any("right" in t for t in legend) and \
+        any("wrong" in t for t in legend)
+    insp.plt.close(fig)
+
+
 class FakeD(nn.Module):
     """A discriminator that finds exactly one token id replaced."""
 
@@ -300,9 +354,9 @@ def test_figure2_takes_its_sentence_from_the_checkpoints_own_held_out_text(
     for _ in range(2):
         assert insp.main([*common, "--data", str(learnable_data_dir)]) == 0
         runs.append(capsys.readouterr().out)
-    assert runs[0] == runs[1] and "validation split" in runs[0] and "masked position" in runs[0]
+    assert runs[0] == runs[1] and "validation split" in runs[0] and "--mask draw" in runs[0]
     n_real = len(re.search(r"^x +(.*)$", runs[0], re.M)[1].split()) - 2
-    k = int(re.search(r"(\d+) masked position", runs[0])[1])
+    k = len(re.search(r"^m +tensor\(\[\[([\d, ]*)\]\]\)", runs[0], re.M)[1].split(","))
     assert k == max(1, int(np.floor(0.15 * n_real + 0.5))) and 5 <= n_real <= 40
     assert insp.main(common) == 0
     assert "the paper's example sentence" in capsys.readouterr().out

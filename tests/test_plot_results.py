@@ -127,6 +127,22 @@ def test_glue_figure_log_x_paper_points_and_task_note(inputs):
     assert list(ours.get_xdata()) == [1e16, 2e16, 4e16]  # sorted by FLOPs
 
 
+def test_glue_figure_labels_every_score_and_the_distance_to_the_paper(inputs, tmp_path):
+    res, _ = inputs
+    fig = plot_results.glue_figure([plot_results.load_results(p) for p in res])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for score in ("58.4", "61.2", "63.9", "55.0", "59.7", "79.9", "75.1"):      # ours and paper's
+        assert score in texts, (score, texts)
+    assert "74.1\n6 h on 1 V100" in texts                     # Table 1's 6.25 % ELECTRA-Small
+    # the largest of our runs, 4e16 FLOPs, against Table 1's 1.4e18: 35 times less
+    assert "our largest run: about 1/35 of the paper's 1.4e+18 FLOPs" in texts
+    assert plot_results.PAPER_ELECTRA[0] == (8.9e16, 74.1) and plot_results.PAPER_BERT == [
+        (1.4e18, 75.1)]
+    plot_results.plt.close(fig)
+    odd = make_results(tmp_path / "odd.json", "electra", "electra", 1e16, 15611, 50.0)
+    assert "ELECTRA (15,611 steps)" in plot_results.table1([plot_results.load_results(odd)])
+
+
 def test_curves_skip_null_disc_series(inputs):
     _, logs = inputs
     recs = [plot_results.load_log(p) for p in logs]
