@@ -85,7 +85,8 @@ FIGURES = {
     "objectives.py": [Figure(
         "docs/one_step.json",
         "One real step on one short sentence: the tensors of lines 1 and 2 of the algorithm "
-        "and D's verdict, from the quick start's checkpoint (3,000 steps; D left the plateau at "
+        "and D's verdict, from the quick start's checkpoint (3,000 steps; D left what this "
+        "project calls the plateau - the phase in which it answers \"real\" everywhere - at "
         "step 1,300, the run drawn on the train.py page) - the step Figure 2 on the index "
         "draws. m is the seeded draw a training step makes (seed 0: k = round(0.15 x 12) = 2 of "
         "the 12 tokens); G's samples \"another\" and \"information\" replace \"Return\" and "
