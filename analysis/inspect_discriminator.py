@@ -122,13 +122,18 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128):
     if m.shape[1] == 0:
         raise InspectError("figure2 needs at least one --mask position")
     x_masked = x.scatter(1, m, tok.mask_id)             # every chosen token shown as [MASK]
-    logits = model.generator(x_masked, m)               # (1, K, V): p_G only at m
+    return step_trace(model, x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)), k,
+                      torch.Generator().manual_seed(seed))
+
+
+def step_trace(model, x, masked, k=3, generator=None):
+    """Line 2 of the step and D's verdict, given line 1 (`masked`: m and x_masked) for x."""
+    logits = model.generator(masked.x_masked, masked.positions)     # (1, K, V): p_G only at m
     top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
-    x_hat = sample(logits, generator=torch.Generator().manual_seed(seed))     # x̂_i ~ p_G
-    x_corrupt, is_replaced = corrupt(x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)),
-                                     x_hat)
-    return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
-                x_corrupt=x_corrupt, is_replaced=is_replaced,
+    x_hat = sample(logits, generator=generator)                      # x̂_i ~ p_G
+    x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+    return dict(x=x, m=masked.positions, x_masked=masked.x_masked, top_p=top_p, top_ids=top_ids,
+                x_hat=x_hat, x_corrupt=x_corrupt, is_replaced=is_replaced,
                 p_replaced=p_replaced(model, x_corrupt))
 
 
