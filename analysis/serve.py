@@ -284,7 +284,7 @@ body{margin:0;background:#f7f7f5;color:#1d1d1d;font:16px/1.45 system-ui,-apple-s
 main{max-width:75rem;margin:0 auto;padding:.8rem 1rem 2rem}
 h1{font-size:1.35rem;margin:.3rem 0}h2{font-size:1.1rem;margin:1.2rem 0 .3rem}
 p{margin:.35rem 0}.about{color:#444;font-size:.92rem}
-textarea{box-sizing:border-box;width:100%;min-height:4.2em;font:inherit;padding:.4rem}
+textarea{box-sizing:border-box;width:100%;min-height:3em;font:inherit;padding:.4rem}
 .controls{display:flex;flex-wrap:wrap;gap:.4rem 1.1rem;align-items:center;margin:.5rem 0}
 .controls input[type=text]{width:9rem}.controls input[type=number]{width:5.5rem}
 input,button{font:inherit}fieldset{border:0;padding:0;margin:0;display:flex;flex-wrap:wrap;
@@ -297,6 +297,7 @@ gap:.2rem .9rem}
 padding:.15rem .45rem;border:1px solid #999;border-radius:5px;font:inherit;line-height:1.25}
 button.tok{cursor:pointer}.tok small{font-size:.72rem;font-variant-numeric:tabular-nums}
 .tok.m{outline:3px solid #1f5fbf;outline-offset:1px}.tok.special{border-style:dashed}
+.tok.r{border:3px solid #111;padding:0 .35rem}
 .scale{display:flex;align-items:center;gap:.5rem;font-size:.85rem;color:#444}
 .scale span.bar{display:inline-block;width:12rem;height:.8rem;border:1px solid #999;
 background:linear-gradient(to right,rgb(255,255,255),rgb(230,25,25))}
@@ -331,7 +332,7 @@ def page(inspector, fields, mode="mine", toks=None, p=None, cols=None, notes=(),
            "<form id=f method=get action='/'>",
            "<label for=text class=small>Your text (D reads the first "
            f"{inspector.cfg.seq_len - 2} tokens)</label>",
-           f"<textarea id=text name=text rows=3>{esc(text)}</textarea>",
+           f"<textarea id=text name=text rows=2>{esc(text)}</textarea>",
            "<div class=controls><fieldset><span>Mask:</span>",
            f"<label><input type=radio name=mode value=mine{checked('mine')}> these tokens "
            f"<input type=text name=mask value='{esc(fields.get('mask', ''))}' "
@@ -404,7 +405,16 @@ def step_html(cols, mode, seed):
            "(is_replaced compares x_corrupt with x); D reads x_corrupt and says P(replaced).</p>",
            f"<p>G replaced {len(rep)} of the {len(m)} masked tokens. D flags {caught} of them "
            f"at P(replaced) &gt; 0.5, and {false} of the {len(cols) - len(rep)} original tokens "
-           "([CLS] and [SEP] included).</p><div class=wrap><table>"]
+           "([CLS] and [SEP] included).</p>",
+           "<p class=small>D on x_corrupt, coloured by P(replaced); a black frame marks G's "
+           "replacements (is_replaced = 1):</p><div class=tokens>"]
+    for c in cols:
+        cls = " special" if c["t"] in (0, len(cols) - 1) else " r" if c["is_replaced"] else ""
+        w = esc(shown(c["x_corrupt"]))
+        out.append(f"<span class='tok{cls}' data-pc='{c['p']:.3f}' style='{rgb(c['p'])}' "
+                   f"title='{w}: P(replaced) {c['p']:.3f}'><span>{w}</span>"
+                   f"<small>{c['p']:.3f}</small></span>")
+    out.append("</div><div class=wrap><table>")
     rows = [("t", "token", lambda c: "" if c["t"] in (0, len(cols) - 1) else c["t"] - 1, None),
             ("x", "x", lambda c: shown(c["x"]), None),
             ("m", "m (masked)", lambda c: "✓" if c["m"] else "", lambda c: "m" if c["m"] else ""),
