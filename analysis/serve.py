@@ -397,15 +397,18 @@ def step_html(cols, mode, seed):
            f"{len(m)} of the {len(cols) - 2} tokens, about 15 %; 85 % of them are shown to G as "
            "[MASK], the others keep their token and G predicts them too."
            if mode == "draw" else
-           f"The {len(m)} tokens you chose, each shown to G as [MASK] (as "
-           "<code>inspect_discriminator.py figure2 --mask</code>).")
+           (f"The {len(m)} tokens you chose, each" if len(m) > 1 else "The token you chose,") +
+           " shown to G as [MASK] (as <code>inspect_discriminator.py figure2 --mask</code>).")
+    g_said = (f"G replaced {len(rep)} of the {len(m)} masked tokens." if len(m) > 1 else
+              "G replaced the masked token." if rep else
+              "G sampled the original token back, so it counts as real.")
     out = ["<h2>One step of ELECTRA on it (§2, Figure 2)</h2>",
            f"<p class=small>{how} G samples x̂ ~ p_G(x_t | x_masked) at each masked position "
            f"(seed {seed}); x_corrupt takes the samples; a sample equal to the original is real "
            "(is_replaced compares x_corrupt with x); D reads x_corrupt and says P(replaced).</p>",
-           f"<p>G replaced {len(rep)} of the {len(m)} masked tokens. D flags {caught} of them "
-           f"at P(replaced) &gt; 0.5, and {false} of the {len(cols) - len(rep)} original tokens "
-           "([CLS] and [SEP] included).</p>",
+           f"<p>{g_said} D flags {caught} of the {len(rep)} replaced and {false} of the "
+           f"{len(cols) - len(rep)} original tokens ([CLS] and [SEP] included) at P(replaced) "
+           "&gt; 0.5.</p>",
            "<p class=small>D on x_corrupt, coloured by P(replaced); a black frame marks G's "
            "replacements (is_replaced = 1):</p><div class=tokens>"]
     for c in cols:
