@@ -135,18 +135,27 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_p
         used = used[drawn.positions[0, used].argsort()]              # m in the sentence's order
         m, x_masked, logits, x_hat = drawn.positions[:, used], drawn.x_masked, \
             logits[:, used], x_hat[:, used]
-    else:
-        m = torch.tensor([choose_positions(pieces(tok, x[0]), mask_items)])
-        if m.shape[1] == 0:
-            raise InspectError("figure2 needs at least one --mask position")
-        x_masked = x.scatter(1, m, tok.mask_id)             # every chosen token shown as [MASK]
-        logits = model.generator(x_masked, m)               # (1, K, V): p_G only at m
-        x_hat = sample(logits, generator=g)                 # x̂_i ~ p_G
+        top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
+        x_corrupt, is_replaced = corrupt(
+            x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)), x_hat)
+        return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
+                    x_corrupt=x_corrupt, is_replaced=is_replaced,
+                    p_replaced=p_replaced(model, x_corrupt))
+    m = torch.tensor([choose_positions(pieces(tok, x[0]), mask_items)])
+    if m.shape[1] == 0:
+        raise InspectError("figure2 needs at least one --mask position")
+    x_masked = x.scatter(1, m, tok.mask_id)             # every chosen token shown as [MASK]
+    return step_trace(model, x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)), k, g)
+
+
+def step_trace(model, x, masked, k=3, generator=None):
+    """Line 2 of the step and D's verdict, given line 1 (`masked`: m and x_masked) for x."""
+    logits = model.generator(masked.x_masked, masked.positions)     # (1, K, V): p_G only at m
     top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
-    x_corrupt, is_replaced = corrupt(x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)),
-                                     x_hat)
-    return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
-                x_corrupt=x_corrupt, is_replaced=is_replaced,
+    x_hat = sample(logits, generator=generator)                      # x̂_i ~ p_G
+    x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+    return dict(x=x, m=masked.positions, x_masked=masked.x_masked, top_p=top_p, top_ids=top_ids,
+                x_hat=x_hat, x_corrupt=x_corrupt, is_replaced=is_replaced,
                 p_replaced=p_replaced(model, x_corrupt))
 
 

@@ -89,6 +89,9 @@ SCRIPTS = {
         ["--out", ""], (["--out", "FILE"], "--out"), ["--seed", "-1"],
         ["--threads", "0"], ["--threads", "100000"],
         ["--label_words", "great"], (["--prompt", "no slot"], "--prompt")]),
+    "analysis.serve": (["--ckpt", "none.pt"], [
+        ["--ckpt", ""], ["--host", ""], ["--port", "-1"], ["--port", "65536"], ["--port", "x"],
+        ["--threads", "0"], ["--threads", "100000"]]),
     "interop.export_hf": (["--ckpt", "none.pt", "--out", "o"], [
         ["--ckpt", ""], ["--out", ""], (["--out", "FILE"], "--out")]),
     "plot_results": (["--results", "none.json"], [
