@@ -9,8 +9,8 @@ both machines, and a laptop changes from one to the other while a run goes on.
 
 So, on a CPU, when neither --threads nor OMP_NUM_THREADS chooses: the run times a few steps at
 each candidate count (all cores, then half of them, down to 1), keeps the fastest, and tries
-again every `every` steps. A probe costs at most `probe_steps + 1` steps at a slower count; the
-line that says which count won is printed when the choice changes. A fixed --threads N gives
+again after `every` steps, then less often while the choice holds. A probe costs a few steps at
+a slower count; the line that says which count won is printed when the choice changes. A fixed --threads N gives
 runs that repeat bit for bit; a chosen count may change the order of a few float sums between
 runs (never the data, the masks or the samples)."""
 import os
@@ -34,15 +34,16 @@ def candidates(n):
 class ThreadChooser:
     """Call `after_step()` once after every training step; it sets torch's thread count.
 
-    The state: `probing` is the list of counts still to time in the current probe; `times`
-    the per-step seconds measured for each count in it. Between probes the best count runs
-    for `every` steps."""
+    A probe times the count in use first, then the others; a count whose first timed steps are
+    already a quarter slower than the best so far is dropped at once, so a probe on a busy
+    machine costs a few slow steps, not `probe_steps`. When a probe keeps the same count the
+    wait until the next doubles (up to 8 x `every`); a change starts it again at `every`."""
 
     def __init__(self, n_threads, say=print, probe_steps=None, every=None, start=2,
                  clock=time.perf_counter):
         self.options, self.say, self.clock = candidates(n_threads), say, clock
         self.probe_steps, self.every = probe_steps or PROBE_STEPS, every or EVERY
-        self.chosen, self.steps_left = n_threads, start    # the first probe after `start` steps
+        self.chosen, self.steps_left, self.wait = n_threads, start, self.every
         self.probing, self.times, self.last, self.history = [], {}, None, []
 
     @classmethod
@@ -65,9 +66,12 @@ class ThreadChooser:
         if self.probing:
             if step_s is not None:
                 self.timed.append(step_s)
-            # one step to settle (the first at a new count pays for waking the threads)
-            if len(self.timed) > self.probe_steps:
-                self.times[self.current] = sorted(self.timed[1:])[len(self.timed[1:]) // 2]
+            timed = sorted(self.timed[1:])       # one step to settle (waking the threads)
+            median = timed[len(timed) // 2] if timed else None
+            best = min(self.times.values(), default=None)
+            hopeless = best is not None and len(timed) >= 2 and median > 1.25 * best
+            if len(timed) >= self.probe_steps or hopeless:
+                self.times[self.current] = median
                 self.probing.pop(0)
                 if self.probing:
                     self._set(self.probing[0])
@@ -75,8 +79,9 @@ class ThreadChooser:
                     self._decide()
             return
         self.steps_left -= 1
-        if self.steps_left <= 0:                        # time for a probe
-            self.probing, self.times = list(self.options), {}
+        if self.steps_left <= 0:                        # time for a probe: the count in use first
+            self.probing = [self.chosen] + [n for n in self.options if n != self.chosen]
+            self.times = {}
             self._set(self.probing[0])
             self.last = self.clock()                    # time from here
 
@@ -85,7 +90,9 @@ class ThreadChooser:
         self.history.append(dict(self.times))
         if best != self.chosen or len(self.history) == 1:
             table = ", ".join(f"{n}: {1e3 * s:.0f} ms" for n, s in sorted(self.times.items()))
-            self.say(f"threads: {best} (per step with {table}; timed again every "
-                     f"{self.every} steps; --threads N fixes it)", flush=True)
-        self.chosen, self.steps_left = best, self.every
+            self.say(f"threads: {best} (per step with {table}; timed again after {self.every} "
+                     f"steps, then less often while it holds; --threads N fixes it)", flush=True)
+        self.wait = self.every if best != self.chosen or len(self.history) == 1 else \
+            min(2 * self.wait, 8 * self.every)
+        self.chosen, self.steps_left = best, self.wait
         self._set(best)

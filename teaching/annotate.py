@@ -99,8 +99,10 @@ FIGURES = {
     "train.py": [Figure(
         "docs/plateau_run.png",
         "The plateau, from the log of the quick start's own run (`python electra_small.py "
-        "--size laptop --max_steps 3000`: one block of D, 8k vocabulary, the demo corpus; "
-        "2-core AMD EPYC, AVX512-BF16, bf16, beside other jobs, 2026-11-26). For a thousand "
+        "--size laptop --max_steps 3000` on two threads throughout, which `--threads 2` "
+        "repeats: one block of D, 8k vocabulary, the demo corpus; 2-core AMD EPYC, "
+        "AVX512-BF16, bf16, beside other jobs, 2026-11-26; the default, which picks its "
+        "threads while it runs, left the plateau at step 1,100 there). For a thousand "
         "steps D answers almost everything \"real\": L_Disc sits a little under the plateau's "
         "loss H(r) and D catches under 10 % of the replaced tokens (0.5 % at step 200, 6.2 % at "
         "1,000). At step 1,300 it leaves the plateau by the trainer's rule (recall 13.5 %, "
