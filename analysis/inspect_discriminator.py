@@ -153,10 +153,10 @@ def step_trace(model, x, masked, k=3, generator=None):
     logits = model.generator(masked.x_masked, masked.positions)     # (1, K, V): p_G only at m
     top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
     x_hat = sample(logits, generator=generator)                      # x̂_i ~ p_G
-    x_corrupt, is_replaced = corrupt(x, masked, x_hat)
+    corrupted = corrupt(x, masked, x_hat)                            # (x_corrupt, is_replaced)
     return dict(x=x, m=masked.positions, x_masked=masked.x_masked, top_p=top_p, top_ids=top_ids,
-                x_hat=x_hat, x_corrupt=x_corrupt, is_replaced=is_replaced,
-                p_replaced=p_replaced(model, x_corrupt))
+                x_hat=x_hat, x_corrupt=corrupted[0], is_replaced=corrupted[1],
+                p_replaced=p_replaced(model, corrupted[0]))
 
 
 def top_text(tok, ids, probs, sep=" | "):
