@@ -133,14 +133,9 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_p
         x_hat = sample(logits, generator=g)
         used = (drawn.weights[0] > 0).nonzero()[:, 0]
         used = used[drawn.positions[0, used].argsort()]              # m in the sentence's order
-        m, x_masked, logits, x_hat = drawn.positions[:, used], drawn.x_masked, \
-            logits[:, used], x_hat[:, used]
-        top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
-        x_corrupt, is_replaced = corrupt(
-            x, Masked(x_masked, m, x.gather(1, m), torch.ones(m.shape)), x_hat)
-        return dict(x=x, m=m, x_masked=x_masked, top_p=top_p, top_ids=top_ids, x_hat=x_hat,
-                    x_corrupt=x_corrupt, is_replaced=is_replaced,
-                    p_replaced=p_replaced(model, x_corrupt))
+        m = drawn.positions[:, used]
+        masked = Masked(drawn.x_masked, m, x.gather(1, m), torch.ones(m.shape))
+        return finish_trace(model, x, masked, logits[:, used], x_hat[:, used], k)
     m = torch.tensor([choose_positions(pieces(tok, x[0]), mask_items)])
     if m.shape[1] == 0:
         raise InspectError("figure2 needs at least one --mask position")
@@ -151,8 +146,13 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_p
 def step_trace(model, x, masked, k=3, generator=None):
     """Line 2 of the step and D's verdict, given line 1 (`masked`: m and x_masked) for x."""
     logits = model.generator(masked.x_masked, masked.positions)     # (1, K, V): p_G only at m
-    top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
     x_hat = sample(logits, generator=generator)                      # x̂_i ~ p_G
+    return finish_trace(model, x, masked, logits, x_hat, k)
+
+
+def finish_trace(model, x, masked, logits, x_hat, k):
+    """The trace's dict once G has spoken: p_G's top-k, x_corrupt, is_replaced, D's verdict."""
+    top_p, top_ids = torch.softmax(logits.float(), -1).topk(min(k, logits.shape[-1]), -1)
     corrupted = corrupt(x, masked, x_hat)                            # (x_corrupt, is_replaced)
     return dict(x=x, m=masked.positions, x_masked=masked.x_masked, top_p=top_p, top_ids=top_ids,
                 x_hat=x_hat, x_corrupt=corrupted[0], is_replaced=corrupted[1],
@@ -283,6 +283,16 @@ def figure2(model, tok, cfg, text, mask_items, k, seed, out):
     return tr
 
 
+def val_split(data, tok, cfg):
+    """(tokens, sentence lengths) of a prepared folder's validation split, after checking it
+    was tokenized with the checkpoint's tokenizer."""
+    meta, tk = load_meta(data), Path(data) / "tokenizer.tiktoken"
+    if meta["vocab_size"] != cfg.vocab_size or (tk.is_file() and tk.read_text() != tok.to_text()):
+        raise InspectError(f"{data} was tokenized with another tokenizer than the "
+                           "checkpoint's: give the data folder it was trained on")
+    return load_split(data, "val", meta)
+
+
 PAPER_SENTENCE, PAPER_MASK = "the chef cooked the meal", "the,cooked"     # Figure 2's example
 
 
@@ -298,11 +308,7 @@ def default_sentence(args, tok, cfg):
         return PAPER_SENTENCE, args.mask or PAPER_MASK, (
             f"figure2: the paper's example sentence {PAPER_SENTENCE!r}; --data DIR takes one "
             "from the checkpoint's own validation text instead")
-    meta = load_meta(args.data)
-    if meta["vocab_size"] != cfg.vocab_size:
-        raise InspectError(f"{args.data} was tokenized with another tokenizer than the "
-                           "checkpoint's: give the data folder it was trained on")
-    tokens, lengths = load_split(args.data, "val", meta)
+    tokens, lengths = val_split(args.data, tok, cfg)
     ends, rng = np.cumsum(lengths, dtype=np.int64), np.random.default_rng(args.seed)
     order = np.roll(np.arange(len(lengths)), -int(rng.integers(max(1, len(lengths)))))
     most = min(40, cfg.seq_len - 2)                    # the laptop recipe's D sees 14 tokens
@@ -330,12 +336,7 @@ def held_out(args, tok, cfg):
     from --data (its val split) or --text (documents, cut into seq_len chunks)."""
     n_seq, n_sent = args.n, 5 * args.n_sentences          # scoring samples from 5x as many
     if args.data:
-        meta, tk = load_meta(args.data), Path(args.data) / "tokenizer.tiktoken"
-        if meta["vocab_size"] != cfg.vocab_size or (tk.is_file() and
-                                                      tk.read_text() != tok.to_text()):
-            raise InspectError(f"{args.data} was tokenized with another tokenizer than the "
-                               "checkpoint's: give the data folder it was trained on")
-        tokens, lengths = load_split(args.data, "val", meta)
+        tokens, lengths = val_split(args.data, tok, cfg)
         ends = np.cumsum(lengths, dtype=np.int64)
         sents = [tokens[e - n:e].astype(int).tolist() for n, e in zip(lengths, ends) if n]
         pd, seqs = PretrainingData(args.data, "val", 1, cfg.seq_len, seed=args.seed), []
