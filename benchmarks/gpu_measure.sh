@@ -182,9 +182,13 @@ stage_check() {
   return 0
 }
 
+# Text to prepare in CORPUS, or one error line naming the variable (prepare, and `all` before it starts).
+need_shards() {
+  [ "$(shards | wc -l)" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md says what to use)"
+}
+
 stage_prepare() {
-  local n; n=$(shards | wc -l)
-  [ "$n" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md)"
+  need_shards
   rm -rf "$WORK/data/corpus"
   # shellcheck disable=SC2046
   run prepare.txt $PY data.py --corpus $(shards) --name corpus --out_root "$WORK/data" \
@@ -410,8 +414,7 @@ preflight() {
     $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())" \
       || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch $($PY -c 'import torch; print(torch.__version__)')): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run"
   fi
-  [ -f "$WORK/data/corpus/meta.json" ] || [ "$(shards | wc -l)" -gt 0 ] \
-    || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md says what to use)"
+  [ -f "$WORK/data/corpus/meta.json" ] || need_shards
   check_glue
 }
 
