@@ -142,6 +142,16 @@ def stand_in_attention(monkeypatch):
     monkeypatch.setattr(encoder.SelfAttention, "forward", attend_to_self)
 
 
+def one_token_discriminator(token_id, logit):
+    """A stand-in D, sure (by `logit`) that `token_id` is replaced and every other token real:
+    for tests of what is drawn or decided from D's scores."""
+    import torch
+
+    class OneTokenD(torch.nn.Module):
+        def forward(self, x, pad_mask=None, segment_ids=None):
+            return torch.where(x == token_id, logit, -logit)
+    return OneTokenD()
+
 def pytest_configure(config):
     # Inductor imports torch/utils/mkldnn.py, whose classes PyTorch itself still decorates with
     # @torch.jit.script_method, deprecated since PyTorch 2.10: every test that compiles with

@@ -6,11 +6,10 @@ import re
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 from analysis import analyses
 from analysis import inspect_discriminator as insp
-from conftest import SHARED, run_cli, save_tiny
+from conftest import SHARED, one_token_discriminator, run_cli, save_tiny
 from data import load_tokenizer
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -172,21 +171,10 @@ def test_figure2_colours_mean_one_thing_each_and_have_a_legend(loaded):
     insp.plt.close(fig)
 
 
-class FakeD(nn.Module):
-    """A discriminator that finds exactly one token id replaced."""
-
-    def __init__(self, bad_id):
-        super().__init__()
-        self.bad_id = bad_id
-
-    def forward(self, x, pad_mask=None, segment_ids=None):
-        return torch.where(x == self.bad_id, 4.0, -4.0)
-
-
 @pytest.mark.parametrize("bad,expect", [("great", 0), ("terrible", 1)])
 def test_zero_shot_picks_the_label_word_d_finds_least_replaced(loaded, bad, expect):
     model, tok, _ = loaded
-    model.discriminator = FakeD(tok.encode(" " + bad)[0])       # this test's own copy (see loaded)
+    model.discriminator = one_token_discriminator(tok.encode(" " + bad)[0], 4.0)       # this test's own copy (see loaded)
     with torch.inference_mode():
         pred, scores = analyses.zero_shot(model, tok, ["a fine film", "it was dull", "x"],
                                       ["terrible", "great"], max_len=64)

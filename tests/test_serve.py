@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
 
 from analysis import inspect_discriminator as insp
 from analysis import serve
 from analysis.analyses import d_probs, encode, pieces, shown
-from conftest import HANG, run_cli, save_tiny
+from conftest import HANG, one_token_discriminator, run_cli, save_tiny
 from data import load_tokenizer
 from teaching import one_step
 
@@ -320,17 +319,6 @@ def test_the_command_prints_its_address_and_serves(tiny):
 
 # ----------------------------------------------------------------------------- the browser
 
-class RedD(nn.Module):
-    """A discriminator sure that one token id is replaced and every other one real."""
-
-    def __init__(self, red_id):
-        super().__init__()
-        self.red_id = red_id
-
-    def forward(self, x, pad_mask=None, segment_ids=None):
-        return torch.where(x == self.red_id, 6.0, -6.0)
-
-
 def shot(url, out, width):
     subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking",
@@ -347,7 +335,7 @@ def shot(url, out, width):
 def test_chromium_shows_the_coloured_tokens(tiny, tmp_path, one_thread):
     inspector = serve.Inspector(tiny)
     red_id = inspector.tok.encode(" ball")[0]
-    inspector.model.discriminator = RedD(red_id)          # this test's own model
+    inspector.model.discriminator = one_token_discriminator(red_id, 6.0)          # this test's own model
     srv = start(inspector)
     try:
         url = f"http://127.0.0.1:{srv.server_port}/?" + urllib.parse.urlencode(dict(text=TEXT))
