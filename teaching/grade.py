@@ -23,7 +23,8 @@ hidden tests too (tests/hidden/test_hidden.py, shipped only in the autograder: G
 them after the due date) and writes results.json in Gradescope's format: one entry per part for
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
-run stops within the time budget of tests/grading.json, so Gradescope always finds one.
+run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
+root (Gradescope's way), the grader runs the tests' process as an ordinary user (Unprivileged).
 
 This file is also the pytest plugin (`-p teaching.grade`) that reports each test to the grader:
 the hooks at the end. It imports neither torch nor the project's code: the tests do that, in
@@ -31,6 +32,7 @@ their own process."""
 import ast
 import json
 import os
+import pwd
 import re
 import resource
 import shutil
@@ -60,6 +62,8 @@ MESSAGE_CHARS = 240                       # a failure message is cut to one line
 EXIT_GRACE_S = 10                         # how long the tests' process may take to end
 SKIP_DIRS = {"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints"}
 GRADESCOPE_ROOT = "/autograder"
+USER_ENV = "ELECTRA_GRADE_USER"           # the user the tests run as when the grader is root
+USERS = (autograder.USER, "nobody")       # tried in order: setup.sh creates the first
 
 
 class Refused(Exception):
@@ -231,6 +235,73 @@ def limit_output():
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
 
 
+class Unprivileged:
+    """Who runs the tests when the grader runs as root (Gradescope runs everything as root).
+
+    The submitted code runs inside the tests' process; as root it could rewrite the grader's
+    files, signal the grader, or leave a process behind that writes results.json after the
+    grader has finished. So the grader runs that process as an ordinary user - $ELECTRA_GRADE_USER,
+    else `electra-student` (setup.sh creates it), else `nobody` - which can read the grading
+    tree but write only its own log, its home and /tmp. What it cannot stop: code in the tests'
+    process can still read the tests it runs beside and fake their reports (instructor-notes.md
+    says so). Not root (a student's own machine): the tests run as the grader's user."""
+
+    def __init__(self, user=None):
+        self.uid = self.gid = None
+        self.note = None
+        if os.geteuid() != 0:
+            return
+        for name in ([user] if user else []) + list(USERS):
+            try:
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                continue
+            self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
+            return
+        self.note = "the tests run as root: no user " + " or ".join(USERS) + " to run them as"
+
+    def __bool__(self):
+        return self.uid is not None
+
+    def become(self):
+        """In the child, before it runs anything: this user and group only, for good."""
+        os.setgroups([])
+        os.setgid(self.gid)
+        os.setuid(self.uid)
+
+    def can_run(self, python):
+        """Whether this user can start `python` (a Python under a private home cannot)."""
+        try:
+            return subprocess.run([python, "-c", "pass"], preexec_fn=self.become,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+    def prepare(self, work, tree):
+        """The grading folder readable, never writable, by the user; a home it owns."""
+        if not self:
+            return None
+        for d in [work, *[p for p in tree.rglob("*") if p.is_dir()], tree]:
+            d.chmod(0o755)
+        for f in tree.rglob("*"):
+            if f.is_file():
+                f.chmod(0o644)
+        home = work / "home"
+        home.mkdir(exist_ok=True)
+        os.chown(home, self.uid, self.gid)
+        return home
+
+
+def child_setup(user):
+    """What the tests' process does before it starts: the output cap, then the user."""
+    def setup():
+        limit_output()
+        if user:
+            user.become()
+    return setup
+
+
 def last_line(path):
     try:
         lines = [l.strip() for l in Path(path).read_text(errors="replace")[-4000:].splitlines()]
@@ -256,10 +327,12 @@ def stopped_because(rc, test, out):
     return f"the tests could not run: {last_line(out)}"
 
 
-def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
+def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=None,
+              home=None):
     """Run the parts' tests in as few pytest processes as possible. Returns {nodeid: (passed,
     message)} for every test that finished, {part: [nodeids]} as collected, {part: reason} for
-    the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}."""
+    the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}.
+    `user` (an Unprivileged), when set, runs the tests; `home` is then their HOME."""
     results, collected, stopped, seconds = {}, {}, {}, {}
     pending, attempt = list(parts), 0
     while pending:
@@ -270,10 +343,15 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print):
                "-p", "teaching.grade", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
         env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
                    OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+        if home:
+            env["HOME"] = str(home)
+        log.touch()                           # the one file in the tree the tests may write
+        if user:
+            os.chown(log, user.uid, user.gid)
         with open(out, "wb") as f:
             proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=limit_output)
+                                    preexec_fn=child_setup(user))
         reader, started = Log(log), time.time()
         current, current_t, used = None, None, {p: 0.0 for p in pending}
         ran_any, killed, rc, this_run, done_t = False, None, None, [], None
@@ -480,10 +558,18 @@ def grade(source, submission, hidden, results_path=None, say=print):
             say(f"  {p}: {why}")
         tree = work / "tree"
         make_tree(source, tree, texts)
+        user = Unprivileged(os.environ.get(USER_ENV))
+        if user and not user.can_run(sys.executable):
+            user.note = (f"the tests run as root: user {user.name} cannot run "
+                         f"{sys.executable}")
+            user.uid = None
+        if user.note:
+            say(f"  note: {user.note}")
+        home = user.prepare(work, tree)
         results, collected, stopped, seconds = run_parts(
             tree, [p for p in parts if p not in refused], hidden,
             {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),
-            deadline, say)
+            deadline, say, user=user or None, home=home)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tests = score_entries(cfg, parts, hidden, results, collected, {**refused, **stopped})

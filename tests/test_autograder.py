@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
         texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
     assert "--index-url https://download.pytorch.org/whl/cpu" in setup
     assert "requirements.txt" in setup and "http" not in run_script and "pip" not in run_script
+    assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {grade.USERS[0]}" in setup
     assert f"project/{HIDDEN}" in names and "project/tests/grading.json" in names
     assert "project/tests/parts/test_part_mask.py" in names and "project/tests/conftest.py" in names
     assert "project/teaching/grade.py" in names
@@ -244,3 +246,60 @@ def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
     assert grade.main(["--check", str(tmp_path / "x.zip")]) == 1
     err = capsys.readouterr().err
     assert "not a zip file" in err and err.count("\n") == 1
+
+
+# Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
+as_root = pytest.mark.skipif(os.geteuid() != 0 or not grade.Unprivileged(),
+                             reason="the grader changes user only when it runs as root")
+
+
+@as_root
+def test_as_root_the_tests_run_as_a_user_who_can_read_the_tree_and_write_only_its_log():
+    user = grade.Unprivileged()
+    work = Path(tempfile.mkdtemp(prefix="electra-grade-test-"))   # as the grader's, in /tmp
+    results = work / "results"                                   # root's, as on Gradescope
+    (work / "tree" / "tests").mkdir(parents=True)
+    results.mkdir(mode=0o755)
+    (work / "tree" / "tests" / "test_x.py").write_text("x = 1\n")
+    log = work / "tree" / ".grade-1.jsonl"
+    home = user.prepare(work, work / "tree")
+    log.touch()
+    os.chown(log, user.uid, user.gid)
+    script = ("id -u; cat tests/test_x.py; echo ok >> .grade-1.jsonl && echo log; "
+              f"echo x >> tests/test_x.py || echo tree refused; "
+              f"echo x > {results}/results.json || echo results refused; "
+              f"kill -0 {os.getpid()} || echo grader refused; echo x > $HOME/h && echo home")
+    out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "tree", capture_output=True,
+                         text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                         preexec_fn=grade.child_setup(user), timeout=HANG).stdout.split()
+    assert out == [str(user.uid), "x", "=", "1", "log", "tree", "refused", "results", "refused",
+                   "grader", "refused", "home"]
+    assert (work / "tree" / "tests" / "test_x.py").read_text() == "x = 1\n"
+    shutil.rmtree(work)
+
+
+@as_root
+def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(built, tmp_path):
+    """The whole autograder, as root: the mask part's body tries to write results.json and the
+    grader's points file, then does its work. Both writes fail; the part is graded as usual.
+    Needs a Python the ordinary user can run (setup.sh's /opt/electra-grader is; one under
+    /root is not)."""
+    if not grade.Unprivileged().can_run(sys.executable):
+        pytest.skip(f"an ordinary user cannot run {sys.executable} here")
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {ma.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    attack = ["import os as _os", "_root = _os.environ['AUTOGRADER_ROOT']",
+              "for _p in ('results/results.json', 'source/project/tests/grading.json'):",
+              "    try:",
+              "        open(_os.path.join(_root, _p), 'w').write('{\"score\": 999}')",
+              "    except OSError:",
+              "        pass"]
+    fill(sub, "mask", attack + ma.reference_body("mask"))
+    root = tmp_path / "autograder"
+    r = run(built, tmp_path, sub)
+    entries = check_results(r)
+    assert r["score"] == 100, r["score"]
+    assert entries["mask", "public"]["score"] == entries["mask", "public"]["max_score"]
+    assert json.loads((root / "source/project/tests/grading.json").read_text())["parts"]
