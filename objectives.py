@@ -65,8 +65,9 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     """Line 1: choose the positions m among the real tokens of each sequence and build
     $x^masked = REPLACE(x, m, [MASK])$.
 
-    The paper says (§2, footnote 3) $m_i ∼ unif{1, n}$ for $i = 1, …, k$, "typically"
-    $k = ⌈0.15 n⌉$: draws with replacement. The official code (pretrain_helpers.mask) draws
+    The paper says (§2) "select a random set of positions", written $m_i ∼ unif{1, n}$ for
+    $i = 1, …, k$ - independent draws, which may repeat - and (footnote 3) "typically"
+    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws
     with replacement, $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens:
     17.7 distinct positions). This code's rule, the contract: n counts the real tokens, never
     `special_ids`; $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most
@@ -74,8 +75,9 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     at used positions only; targets is x at every slot's position.
 
     Of the chosen positions a share `replace_prob` shows [MASK], a share `random_prob` a random
-    id below n_random, the rest keep their token: 85 / 0 / 15 % for ELECTRA (the official
-    code's split; the paper gives none), 80 / 10 / 10 % for BERT (§3.5)."""
+    id below n_random, the rest keep their token. The paper's §2 shows [MASK] at every chosen
+    position; the official code 85 / 0 / 15 %, for ELECTRA and its BERT alike; this code the
+    official split for ELECTRA and §3.5's 80 / 10 / 10 % for BERT."""
     # BEGIN ASSIGNMENT mask
     # Why keep 15 % as they are (the official code's choice; this project's reading): G must
     # also predict some tokens it can see, which keeps its predictions sensible where no
@@ -229,7 +231,8 @@ class ELECTRA(Pretraining):
         # BEGIN ASSIGNMENT joint_loss
         # G reads x_masked: L_MLM, and its samples x̂.
         loss_mlm, x_hat, stats = self.generate(masked, **inp)
-        # x_corrupt is discrete and built without gradient: nothing of L_Disc reaches G (§2).
+        # x_corrupt is discrete and built without gradient: nothing of L_Disc reaches G through
+        # the sample (§2); only the shared embeddings get both losses.
         with torch.no_grad():
             x_corrupt, is_replaced = corrupt(x, masked, x_hat)
         # D labels every real token of x_corrupt, not only the 15 % in m (§3.5).

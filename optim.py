@@ -2,7 +2,7 @@
 
 The paper says "Adam" (β 0.9, 0.999, ε 1e-6; weight decay 0.01, 0 for fine-tuning: Table 6,
 Table 7), nothing about bias correction. The official code (model/optimization.py,
-AdamWeightDecayOptimizer, from BERT) has none, and produced the paper's numbers. For a weight
+AdamWeightDecayOptimizer, from BERT) has none: the code released with the paper. For a weight
 θ with gradient g, learning rate η and weight decay w:
 
 $$ m ← β_1 m + (1 − β_1) g & "first moment"
