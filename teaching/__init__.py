@@ -2,6 +2,7 @@
 
     make_assignment.py  a student copy with chosen functions blank, graded part by part
     grade.py            the grader: a copy's score table, Gradescope's results.json
+    runner.py           the tests' process the grader runs (limits, an ordinary user) and its plugin
     autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code

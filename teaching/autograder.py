@@ -29,7 +29,7 @@ from pathlib import Path
 VENV = "/opt/electra-grader"          # setup.sh's virtual environment, run_autograder's Python
 PROJECT = "project"                   # the grader's copy inside the zip (and /autograder/source)
 HIDDEN = "tests/hidden/test_hidden.py"
-USER = "electra-student"              # who runs the tests (teaching/grade.py USERS[0])
+USER = "electra-student"              # who runs the tests (teaching/runner.py USERS[0])
 
 SETUP_SH = f"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder's image (base image:
@@ -46,7 +46,7 @@ python3 -m venv {VENV}
     --index-url https://download.pytorch.org/whl/cpu
 {VENV}/bin/pip install --no-cache-dir -r /autograder/source/{PROJECT}/requirements.txt
 {VENV}/bin/python -c "import numpy, pytest, torch; print('torch', torch.__version__, 'ready')"
-# The user the submitted code runs as (teaching/grade.py's Unprivileged): not root, so it can
+# The user the submitted code runs as (teaching/runner.py's Unprivileged): not root, so it can
 # neither rewrite the grader nor results.json.
 id {USER} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {USER}
 """

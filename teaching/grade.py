@@ -10,13 +10,13 @@ Each part is graded from the code between its `# BEGIN ASSIGNMENT <part>` and `#
 (tests/grading.json) - into a fresh folder, puts each part's submitted body into its own copy of
 the part's file, and runs the part's tests there: nothing a submission holds outside its bodies
 (an edited test, a changed helper) takes part, and the other parts of the file stay the grader's.
-The tests of every part run in one pytest process (one start of PyTorch); a part that loops past
-its time limit or crashes the process gets 0 with one line saying why, and the process starts
-again for the parts left. Before any test runs, a part gets 0 with one line for: its file missing
+The tests of every part run in one pytest process (one start of PyTorch; teaching/runner.py): a
+part that loops past its time limit or crashes the process gets 0 with one line saying why, and
+the process starts again for the parts left. Before any test runs, a part gets 0 with one line for: its file missing
 from the submission, its markers missing, doubled or moved out of its function (renamed or
 deleted), or a syntax error in its body. Inside a part each test is worth the same share; a
-failed test shows its assertion's one-line message, never a traceback. Output is capped
-(MAX_OUTPUT): a part that prints more fails with one line.
+failed test shows its assertion's one-line message, never a traceback. Output is capped: a part
+that prints more fails with one line.
 
 With --gradescope it reads /autograder/submission (or $AUTOGRADER_ROOT/submission), runs the
 hidden tests too (tests/hidden/test_hidden.py, shipped only in the autograder: Gradescope shows
@@ -24,20 +24,13 @@ them after the due date) and writes results.json in Gradescope's format: one ent
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
 run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
-root (Gradescope's way), the grader runs the tests' process as an ordinary user (Unprivileged).
+root (Gradescope's way), the grader runs the tests' process as an ordinary user.
 
-This file is also the pytest plugin (`-p teaching.grade`) that reports each test to the grader:
-the hooks at the end. It imports neither torch nor the project's code: the tests do that, in
-their own process."""
-import ast
+It imports neither torch nor the project's code: the tests do that, in their own process."""
 import json
 import os
-import pwd
 import re
-import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,19 +44,14 @@ if not __package__:   # run as a path (python teaching/grade.py): import from th
 from machinery import cli
 from teaching import autograder
 from teaching import make_assignment as ma
+from teaching import runner
+from teaching.runner import is_hidden, test_name
 
 HERE = Path(__file__).resolve().parents[1]             # the grader's own copy of the project
 CONFIG = Path("tests") / "grading.json"
 HIDDEN = Path("tests") / "hidden" / "test_hidden.py"
-PUBLIC = "tests/parts/test_part_{}.py"
-LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
-MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold
-MESSAGE_CHARS = 240                       # a failure message is cut to one line of this length
-EXIT_GRACE_S = 10                         # how long the tests' process may take to end
 SKIP_DIRS = {"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints"}
 GRADESCOPE_ROOT = "/autograder"
-USER_ENV = "ELECTRA_GRADE_USER"           # the user the tests run as when the grader is root
-USERS = (autograder.USER, "nobody")       # tried in order: setup.sh creates the first
 
 
 class Refused(Exception):
@@ -182,270 +170,7 @@ def make_tree(source, dest, texts):
     (dest / "pytest.ini").write_text("[pytest]\n")     # the tree is the rootdir; no other ini
 
 
-# ---------------------------------------------------------------------------- running the tests
-
-def node_ids(tree, part, hidden):
-    """What pytest runs for a part: its public file, and its hidden tests by name."""
-    ids = [PUBLIC.format(part)]
-    if hidden and (tree / HIDDEN).is_file():
-        body = ast.parse((tree / HIDDEN).read_text()).body
-        ids += [f"{HIDDEN.as_posix()}::{n.name}" for n in body
-                if isinstance(n, ast.FunctionDef) and n.name.startswith(f"test_{part}__")]
-    return ids
-
-
-def part_of(nodeid):
-    path, _, name = nodeid.partition("::")
-    if path.startswith("tests/parts/test_part_"):
-        return Path(path).stem[len("test_part_"):]
-    return name[len("test_"):].split("__")[0] if name.startswith("test_") else None
-
-
-def is_hidden(nodeid):
-    return nodeid.startswith(HIDDEN.as_posix())
-
-
-class Log:
-    """The plugin's records, read as the file grows."""
-
-    def __init__(self, path):
-        self.path, self.offset, self.rest = path, 0, b""
-
-    def new(self):
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return []
-        self.offset += len(data)
-        lines = (self.rest + data).split(b"\n")
-        self.rest = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
-
-
-def limit_output():
-    """In the test process: no file may grow past MAX_OUTPUT (captured printing included)."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT, MAX_OUTPUT))
-
-
-class Unprivileged:
-    """Who runs the tests when the grader runs as root (Gradescope runs everything as root).
-
-    The submitted code runs inside the tests' process; as root it could rewrite the grader's
-    files, signal the grader, or leave a process behind that writes results.json after the
-    grader has finished. So the grader runs that process as an ordinary user - $ELECTRA_GRADE_USER,
-    else `electra-student` (setup.sh creates it), else `nobody` - which can read the grading
-    tree but write only its own log, its home and /tmp. What it cannot stop: code in the tests'
-    process can still read the tests it runs beside and fake their reports (instructor-notes.md
-    says so). Not root (a student's own machine): the tests run as the grader's user."""
-
-    def __init__(self, user=None):
-        self.uid = self.gid = None
-        self.note = None
-        if os.geteuid() != 0:
-            return
-        for name in ([user] if user else []) + list(USERS):
-            try:
-                entry = pwd.getpwnam(name)
-            except KeyError:
-                continue
-            self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
-            return
-        self.note = "the tests run as root: no user " + " or ".join(USERS) + " to run them as"
-
-    def __bool__(self):
-        return self.uid is not None
-
-    def become(self):
-        """In the child, before it runs anything: this user and group only, for good."""
-        os.setgroups([])
-        os.setgid(self.gid)
-        os.setuid(self.uid)
-
-    def can_run(self, python):
-        """Whether this user can start `python` (a Python under a private home cannot)."""
-        try:
-            return subprocess.run([python, "-c", "pass"], preexec_fn=self.become,
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=60).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            return False
-
-    def prepare(self, work, tree):
-        """The grading folder readable, never writable, by the user; a home it owns."""
-        if not self:
-            return None
-        for d in [work, *[p for p in tree.rglob("*") if p.is_dir()], tree]:
-            d.chmod(0o755)
-        for f in tree.rglob("*"):
-            if f.is_file():
-                f.chmod(0o644)
-        home = work / "home"
-        home.mkdir(exist_ok=True)
-        os.chown(home, self.uid, self.gid)
-        return home
-
-
-def child_setup(user):
-    """What the tests' process does before it starts: the output cap, then the user."""
-    def setup():
-        limit_output()
-        if user:
-            user.become()
-    return setup
-
-
-def last_line(path):
-    try:
-        lines = [l.strip() for l in Path(path).read_text(errors="replace")[-4000:].splitlines()]
-    except OSError:
-        return "no output"
-    lines = [l for l in lines if l and not set(l) <= set("=-_ ")]
-    return lines[-1][:MESSAGE_CHARS] if lines else "no output"
-
-
-def stopped_because(rc, test, out):
-    where = f" in {test_name(test)}" if test else ""
-    if rc is not None and rc < 0:
-        try:
-            sig = signal.Signals(-rc).name
-        except ValueError:
-            sig = f"signal {-rc}"
-        if sig == "SIGKILL":
-            return f"the tests were killed{where} (SIGKILL): out of memory?"
-        return f"the tests crashed{where} ({sig})"
-    if test:
-        return (f"the tests stopped{where} (exit status {rc}): exit(), os._exit() or a crash "
-                f"in the code")
-    return f"the tests could not run: {last_line(out)}"
-
-
-def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=None,
-              home=None):
-    """Run the parts' tests in as few pytest processes as possible. Returns {nodeid: (passed,
-    message)} for every test that finished, {part: [nodeids]} as collected, {part: reason} for
-    the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}.
-    `user` (an Unprivileged), when set, runs the tests; `home` is then their HOME."""
-    results, collected, stopped, seconds = {}, {}, {}, {}
-    pending, attempt = list(parts), 0
-    while pending:
-        attempt += 1
-        log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
-        ids = [i for p in pending for i in node_ids(tree, p, hidden)]
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "teaching.grade", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
-        env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-        if home:
-            env["HOME"] = str(home)
-        log.touch()                           # the one file in the tree the tests may write
-        if user:
-            os.chown(log, user.uid, user.gid)
-        with open(out, "wb") as f:
-            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=child_setup(user))
-        reader, started = Log(log), time.time()
-        current, current_t, used = None, None, {p: 0.0 for p in pending}
-        ran_any, killed, rc, this_run, done_t = False, None, None, [], None
-
-        def handle(rec):
-            nonlocal current, current_t, ran_any
-            if "collected" in rec:
-                fresh = {}
-                this_run[:] = rec["collected"]
-                for nid in rec["collected"]:
-                    fresh.setdefault(part_of(nid), []).append(nid)
-                collected.update(fresh)
-            elif "collect_error" in rec:
-                p = part_of(rec["collect_error"])
-                if p in pending:
-                    stopped.setdefault(p, f"its tests could not be collected: {rec['message']}")
-            elif "start" in rec:
-                current, current_t, ran_any = rec["start"], rec["t"], True
-            elif "done" in rec:
-                results[rec["done"]] = (rec["passed"], rec["message"])
-                p = part_of(rec["done"])
-                if p in used and current_t is not None:
-                    used[p] += rec["t"] - current_t
-                current, current_t = None, None
-        while True:
-            for rec in reader.new():
-                handle(rec)
-            rc = proc.poll()
-            if rc is not None:
-                for rec in reader.new():
-                    handle(rec)
-                break
-            now = time.time()
-            part = part_of(current) if current else None
-            if this_run and all(n in results for n in this_run):
-                # every test finished: a process that does not end (a thread the code started
-                # that never stops) is stopped after a grace period, with nothing lost
-                done_t = done_t or now
-                if now - done_t > EXIT_GRACE_S:
-                    killed = (None, None)
-            elif part in used and used[part] + now - current_t > limits[part]:
-                killed = (part, f"stopped after {limits[part]:g} s, the time limit of this part, "
-                                f"in {test_name(current)}: an endless loop, or far too slow")
-            elif not ran_any and now - started > startup_s:
-                killed = (None, f"the tests did not start within {startup_s:g} s")
-            elif now > deadline:
-                killed = (None, "not graded: the autograder's time ran out before this part "
-                                "finished (an earlier part ran to its time limit?)")
-            if killed:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                proc.wait()
-                break
-            time.sleep(0.05)
-        complete = [p for p in pending if collected.get(p)
-                    and all(n in results for n in collected[p])]
-        if killed and killed[0]:
-            stopped[killed[0]] = killed[1]
-        elif killed and killed[1]:
-            for p in pending:
-                if p not in complete:
-                    stopped.setdefault(p, killed[1])
-        elif not killed and any(p not in complete and p not in stopped for p in pending):
-            if current:
-                stopped[part_of(current)] = stopped_because(rc, current, out)
-            elif not ran_any:
-                for p in pending:
-                    stopped.setdefault(p, stopped_because(rc, None, out))
-            else:
-                first = next(p for p in pending if p not in complete and p not in stopped)
-                stopped[first] = stopped_because(rc, None, out)
-        left = [p for p in pending if p not in complete and p not in stopped]
-        if left == pending:                     # no progress: never start the same run again
-            stopped[left[0]] = stopped_because(rc, current, out)
-            left = left[1:]
-        for p in pending:
-            seconds[p] = used[p]
-            if p in stopped and p not in complete:
-                say(f"  {p}: {stopped[p]}")
-        pending = left
-    return results, collected, stopped, seconds
-
-
 # ---------------------------------------------------------------------------- scores
-
-def test_name(nodeid):
-    """A test's name for people: 'exactly k real positions per sequence never special'."""
-    name = nodeid.partition("::")[2] or nodeid
-    base, _, param = name.partition("[")
-    base = base[len("test_"):] if base.startswith("test_") else base
-    base = base.split("__", 1)[-1].replace("_", " ")
-    return f"{base} [{param}" if param else base
 
 
 def entry(part, kind, tests, max_score, reason=None):
@@ -558,7 +283,7 @@ def grade(source, submission, hidden, results_path=None, say=print):
             say(f"  {p}: {why}")
         tree = work / "tree"
         make_tree(source, tree, texts)
-        user = Unprivileged(os.environ.get(USER_ENV))
+        user = runner.Unprivileged(os.environ.get(runner.USER_ENV))
         if user and not user.can_run(sys.executable):
             user.note = (f"the tests run as root: user {user.name} cannot run "
                          f"{sys.executable}")
@@ -566,7 +291,7 @@ def grade(source, submission, hidden, results_path=None, say=print):
         if user.note:
             say(f"  note: {user.note}")
         home = user.prepare(work, tree)
-        results, collected, stopped, seconds = run_parts(
+        results, collected, stopped, seconds = runner.run_parts(
             tree, [p for p in parts if p not in refused], hidden,
             {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),
             deadline, say, user=user or None, home=home)
@@ -656,78 +381,6 @@ def main(argv=None):
         print(f"\nThe hidden tests - the same contracts on other seeds, shapes and edge cases - "
               f"are worth {rest:.2f} more points on Gradescope.")
     return 0
-
-
-# ---------------------------------------------------------------------------- the pytest plugin
-# Loaded in the test process by `-p teaching.grade`; silent unless the grader set LOG_ENV.
-
-_LOG = os.environ.get(LOG_ENV)
-_FAILED = {}
-
-
-def _emit(record):
-    with open(_LOG, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def _message(report):
-    """A failed test's one line: the assertion's message or the exception, never a traceback."""
-    longrepr = report.longrepr
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None:
-        text = crash.message
-    elif isinstance(longrepr, tuple) and len(longrepr) == 3:
-        text = f"skipped: {longrepr[2]}"
-    else:
-        text = str(longrepr)
-    if "File too large" in text or "[Errno 27]" in text:
-        return f"printed more than {MAX_OUTPUT // 2 ** 20} MB (huge output): print less"
-    if text.startswith("NotImplementedError"):
-        return "not written yet (the body raises NotImplementedError)"
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    line = lines[0] if lines else "failed"
-    return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
-
-
-if _LOG:
-    import pytest
-
-    @pytest.fixture(autouse=True)
-    def _grader_restores_global_state():
-        """What one part's code may change for the tests after it, put back after each test."""
-        import torch
-        dtype, grad, threads = torch.get_default_dtype(), torch.is_grad_enabled(), \
-            torch.get_num_threads()
-        yield
-        torch.set_default_dtype(dtype)
-        torch.set_grad_enabled(grad)
-        torch.set_num_threads(threads)
-
-
-def pytest_collection_finish(session):
-    if _LOG:
-        _emit({"collected": [item.nodeid for item in session.items]})
-
-
-def pytest_collectreport(report):
-    if _LOG and report.failed:
-        _emit({"collect_error": report.nodeid, "message": _message(report)})
-
-
-def pytest_runtest_logstart(nodeid, location):
-    if _LOG:
-        _emit({"start": nodeid, "t": time.time()})
-
-
-def pytest_runtest_logreport(report):
-    if _LOG and (report.failed or report.skipped) and report.nodeid not in _FAILED:
-        _FAILED[report.nodeid] = _message(report)
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    if _LOG:
-        message = _FAILED.pop(nodeid, None)
-        _emit({"done": nodeid, "passed": message is None, "message": message, "t": time.time()})
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import HANG
 
-from teaching import autograder, grade
+from teaching import autograder, grade, runner
 from teaching import make_assignment as ma
 from test_assignments import HIDDEN, KEPT, WRONG, fill, key_lines, wrong_answers
 
@@ -70,7 +70,7 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
         texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
     assert "--index-url https://download.pytorch.org/whl/cpu" in setup
     assert "requirements.txt" in setup and "http" not in run_script and "pip" not in run_script
-    assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {grade.USERS[0]}" in setup
+    assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {runner.USERS[0]}" in setup
     assert f"project/{HIDDEN}" in names and "project/tests/grading.json" in names
     assert "project/tests/parts/test_part_mask.py" in names and "project/tests/conftest.py" in names
     assert "project/teaching/grade.py" in names
@@ -249,13 +249,13 @@ def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
 
 
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
-as_root = pytest.mark.skipif(os.geteuid() != 0 or not grade.Unprivileged(),
+as_root = pytest.mark.skipif(os.geteuid() != 0 or not runner.Unprivileged(),
                              reason="the grader changes user only when it runs as root")
 
 
 @as_root
 def test_as_root_the_tests_run_as_a_user_who_can_read_the_tree_and_write_only_its_log():
-    user = grade.Unprivileged()
+    user = runner.Unprivileged()
     work = Path(tempfile.mkdtemp(prefix="electra-grade-test-"))   # as the grader's, in /tmp
     results = work / "results"                                   # root's, as on Gradescope
     (work / "tree" / "tests").mkdir(parents=True)
@@ -271,7 +271,7 @@ def test_as_root_the_tests_run_as_a_user_who_can_read_the_tree_and_write_only_it
               f"kill -0 {os.getpid()} || echo grader refused; echo x > $HOME/h && echo home")
     out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "tree", capture_output=True,
                          text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                         preexec_fn=grade.child_setup(user), timeout=HANG).stdout.split()
+                         preexec_fn=runner.child_setup(user), timeout=HANG).stdout.split()
     assert out == [str(user.uid), "x", "=", "1", "log", "tree", "refused", "results", "refused",
                    "grader", "refused", "home"]
     assert (work / "tree" / "tests" / "test_x.py").read_text() == "x = 1\n"
@@ -284,7 +284,7 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     grader's points file, then does its work. Both writes fail; the part is graded as usual.
     Needs a Python the ordinary user can run (setup.sh's /opt/electra-grader is; one under
     /root is not)."""
-    if not grade.Unprivileged().can_run(sys.executable):
+    if not runner.Unprivileged().can_run(sys.executable):
         pytest.skip(f"an ordinary user cannot run {sys.executable} here")
     sub = tmp_path / "submission"
     sub.mkdir()
