@@ -5,11 +5,11 @@ Table 7), nothing about bias correction. The official code (model/optimization.p
 AdamWeightDecayOptimizer, from BERT) has none: the code released with the paper. For a weight
 θ with gradient g, learning rate η and weight decay w:
 
-$$ m ← β_1 m + (1 − β_1) g & "first moment"
-   v ← β_2 v + (1 − β_2) g^2 & "second moment"
-   θ ← θ − η (m / (√v + ε) + w θ) & $$
+$$ m ← β_1 m + (1 − β_1) g
+   v ← β_2 v + (1 − β_2) g^2
+   θ ← θ − η (m / (√v + ε) + w θ) $$
 
-with m and v starting at 0.
+with the first and second moments m and v starting at 0.
 
 torch.optim.AdamW divides m by $1 − β_1^t$ and v by $1 − β_2^t$ (bias correction). Without
 it the step is larger than AdamW's by $(1 − β_1^t) / √{1 − β_2^t}$: 6.5x at step 10, 1.4x at

@@ -281,6 +281,9 @@ MATH_FUNC = {"log", "ln", "exp", "sigmoid", "softmax", "round", "unif", "REPLACE
 MATH_WORDS = {"for", "if", "and", "otherwise", "with", "else", "where"}
 MATH_OPS = {"<-": "←", "->": "→", "!=": "≠", "<=": "≤", ">=": "≥", "-": "−", "*": "⋅",
             "~": "∼", "...": "…"}
+# Brackets keep their size (as in LaTeX without \left): MathML would stretch every one of a
+# row to the row's tallest term, a display ∑ with its limits.
+MATH_FENCES = set("()[]{}|⌈⌉⌊⌋")
 
 
 def mathml(src, display=False):
@@ -324,7 +327,8 @@ def mathml(src, display=False):
             if kind == "num":
                 return f"<mn>{s}</mn>", "num"
             if kind == "text":
-                return f"<mtext>\u00a0{html.escape(s[1:-1].strip())}\u00a0</mtext>", "text"
+                words = html.escape(s[1:-1].strip()).replace(" ", "\u00a0")   # one line:
+                return f"<mtext>\u00a0{words}\u00a0</mtext>", "text"   # Chromium drops a 2nd
             if kind == "under" or s in ("^", "'"):
                 fail(f"a {s} with nothing before it")
             if s in MATH_BIG:
@@ -335,21 +339,28 @@ def mathml(src, display=False):
             if kind == "word":
                 upright = ' mathvariant="normal"' if len(s) == 1 and s in MATH_FUNC else ""
                 return f"<mi{upright}>{html.escape(s)}</mi>", "func" if s in MATH_FUNC else "id"
-            return f"<mo>{html.escape(MATH_OPS.get(s, s))}</mo>", "op"
+            fixed = ' stretchy="false"' if s in MATH_FENCES else ""
+            return f"<mo{fixed}>{html.escape(MATH_OPS.get(s, s))}</mo>", \
+                "open" if s in "([{⌈⌊" else "op"
 
         def scripted():
             """A term with its sub- and superscripts: x_i, x^corrupt_t, sum_{i ∈ m}, x'."""
             nonlocal pos
             base, kind = atom()
             sub = sup = None
+            primed = False
             while True:
                 k, s = peek()
                 if k == "under" and sub is None:
                     pos += 1
                     sub = atom(True)[0]
-                elif s in ("^", "'") and sup is None:
+                elif s == "^" and sup is None:
                     pos += 1
-                    sup = atom(True)[0] if s == "^" else "<mo>′</mo>"
+                    sup = atom(True)[0]
+                elif s == "'" and not primed:       # x′: the prime is raised already, beside x
+                    pos += 1
+                    primed = True
+                    base = f'<mrow>{base}<mo lspace="0" rspace="0">′</mo></mrow>'
                 else:
                     break
             names = ("munder", "mover", "munderover") if kind == "big" else \
@@ -360,9 +371,12 @@ def mathml(src, display=False):
             return base, kind
 
         def row(until=None):
-            out = []
+            out, last = [], None
             while peek()[0] is not None and not (until and peek()[1] == until):
                 item, kind = scripted()
+                if item == "<mo>−</mo>" and last in (None, "op", "open", "text", "big"):
+                    item = '<mo form="prefix">−</mo>'           # −log p, a sign: no gap after it
+                last = kind
                 if kind == "func" and out and (out[-1].endswith(("</mi>", "</mn>", ")</mo>",
                                                                    "</msub>", "</msup>"))):
                     out.append('<mspace width="0.17em"/>')     # x) log D, not x)logD
@@ -656,14 +670,30 @@ h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background:
 ol.path li { margin: .5em 0; }
 /* Typeset math: a display equation scrolls in its own box, never the page. */
 .math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
-math { font-size: 1.1em; font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math",
-       math; }
+/* A font with OpenType MATH tables draws a display ∑ large, its limits clear of it: macOS and
+   iOS have STIX Two Math, Windows Cambria Math, Linux DejaVu Math TeX Gyre (Debian's
+   fonts-dejavu-extra) or Latin Modern Math. Chromium's generic `math` alone found none here. */
+math { font-size: 1em; font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math",
+       "DejaVu Math TeX Gyre", "Libertinus Math", "Noto Sans Math", math; }
 math[display="block"] { margin: .2em 0; }
-mtd { text-align: left; padding: .2em 1.2em .2em 0; math-style: normal; }
+/* Without such a font the limits of ∑ would touch it: a gap of their own, small enough
+   beside a MATH font's. */
+munderover > :nth-child(3), mover > :nth-child(2) { padding-bottom: .15em; }
+munderover > :nth-child(2), munder > :nth-child(2) { padding-top: .1em; }
+mtd { text-align: left; padding: .2em 1em .2em 0; math-style: normal; }
+mtext { white-space: nowrap; }    /* Chromium drops the second line of a wrapped mtext */
+mtr:has(munder, munderover, mover) > mtd { padding-block: .4em; }   /* limits: room */
 details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
                 color: #444; background: #fafafc; }
 details.aside summary { cursor: pointer; color: #666; font-size: .9em; }
 ol.path .file { font-weight: 600; }
+/* A table among the notes (ablations.py's flags): rows ruled, cells top-aligned, and on a
+   phone it scrolls in its own box rather than crushing its columns. */
+header.intro table, .notes table { border-collapse: collapse; margin: .8em 0; display: block;
+      overflow-x: auto; max-width: 100%; }
+header.intro th, header.intro td, .notes th, .notes td { text-align: left; vertical-align: top;
+      padding: .3em .8em .3em 0; border-bottom: 1px solid #e4e4e8; }
+header.intro th, .notes th { border-bottom: 2px solid #d4d4de; }
 @media (max-width: 56rem) {
   .section { grid-template-columns: minmax(0, 1fr); }
   .code { border-left: none; border-top: 1px solid #e4e4e8; }

@@ -99,7 +99,15 @@ def test_the_math_notation_becomes_mathml():
     assert "<msubsup><mi>x</mi><mi>t</mi><mi>corrupt</mi></msubsup>" in m("x^corrupt_t")
     assert "<mo>≠</mo>" in m("a != b") and "<mo>←</mo>" in m("m <- g")
     assert "<mo>−</mo>" in m("1 - p")
-    assert "<mo>{</mo>" in m("unif{1, n}") and "<msqrt>" in m("√{1 − β_2^t}")   # braces vs groups
+    assert '<mo stretchy="false">{</mo>' in m("unif{1, n}") and "<msqrt>" in m("√{1 − β_2^t}")
+    # brackets keep their size beside a display ∑ (MathML would stretch them to its height)
+    assert m("E[ sum_{t=1}^n f(x) ]").count('<mo stretchy="false">') == 4
+    # a sign has no gap after it, a difference has its spaces; x′ is x with a prime beside it
+    assert '<mo>=</mo><mo form="prefix">−</mo><mi>log</mi>' in m("a = −log p")
+    assert "<mn>1</mn><mo>−</mo>" in m("1 − p") and m("−1").count('form="prefix"') == 1
+    assert '<mtext>\u00a0first\u00a0moment\u00a0</mtext>' in m('"first moment"')  # never wraps
+    assert '<mrow><mi>x</mi><mo lspace="0" rspace="0">′</mo></mrow>' in m("e(x')") \
+        and "<msup>" not in m("e(x')")
     assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
@@ -557,7 +565,14 @@ addEventListener('load', () => document.body.setAttribute('data-probe', JSON.str
             client: d.clientWidth,
             boxes: [...d.querySelectorAll('.math, .table-scroll, pre')].map(b =>
               [b.className, b.scrollWidth <= b.clientWidth + 1, w.getComputedStyle(b).overflowX]),
-            key: key ? key.scrollWidth <= key.clientWidth + 1 : null};
+            key: key ? key.scrollWidth <= key.clientWidth + 1 : null,
+            // the room between ∑ (min) and its limits, counting a limit's padding
+            limits: [...d.querySelectorAll('.math munder, .math munderover')].map(e => {
+              const r = x => x.getBoundingClientRect(), s = x => w.getComputedStyle(x);
+              const [base, under, over] = e.children;
+              const gaps = [r(under).top + parseFloat(s(under).paddingTop) - r(base).bottom];
+              if (over) gaps.push(r(base).top - r(over).bottom + parseFloat(s(over).paddingBottom));
+              return [e.textContent, Math.min(...gaps)]; })};
   }))));
 </script>"""
 
@@ -566,8 +581,9 @@ addEventListener('load', () => document.body.setAttribute('data-probe', JSON.str
 @needs_chromium
 def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
     """Every page in a 420 px frame (headless Chromium's own window is never under 500 px):
-    the page is never wider than the frame, every equation fits whole, and what is wider (the
-    step table, a long line of code) scrolls in its own box."""
+    the page is never wider than the frame, every equation fits whole with room between a ∑
+    and its limits, and what is wider (the step table, a long line of code) scrolls in its
+    own box."""
     out, pages = built
     site = tmp_path / "site"
     shutil.copytree(out, site)
@@ -586,6 +602,9 @@ def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
         for kind, fits, overflow in r["boxes"]:
             assert fits if kind == "math" else fits or overflow in ("auto", "scroll"), (page, kind)
     assert results["objectives.html"]["key"] is True          # min ... L_MLM + λ L_Disc
+    # a display ∑'s limits clear of it, with or without a math font (L_Disc's n touched it)
+    limits = [l for r in results.values() for l in r["limits"]]
+    assert len(limits) >= 5 and all(gap >= 1 for _, gap in limits), limits
 
 
 def test_the_lambda_note_holds(one_thread):
