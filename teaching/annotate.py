@@ -430,7 +430,8 @@ OFFICIAL_FILES = {"pretrain_helpers": "pretrain/pretrain_helpers.py",
                   "classification_tasks": "finetune/classification/classification_tasks.py"}
 LINKABLE = re.compile(
     r"(?P<official>\b(?:[a-z]+/)*(?:%s)(?:\.py\b|\.[A-Za-z_]\w*))"
-    r"|(?P<paper>§\s?\d(?:\.\d)?|\bAppendix [A-H]\b|\bTable \d\b|\bFigure \d\b|\bfootnote \d\b)"
+    r"|(?P<paper>§\s?\d(?:\.\d)?|\bAppendix [A-H]\b(?:(?:, | and )[A-H]\b)*|\bTable \d\b"
+    r"|\bFigure \d\b|\bfootnote \d\b)"
     r"|(?P<file>\b[a-z_]+\.py\b)"
     r"|(?P<qual>\b[a-z_]+\.[A-Za-z_]\w*(?:\.[a-z_]\w*)?\b)"
     r"|(?P<name>\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[A-Z][a-z]+(?:[A-Z][a-z0-9]*)+\b)"
@@ -479,6 +480,13 @@ class Links:
             return None                           # a note does not link to itself
         return (f"{stem}.html" if stem != self.stem else "") + f"#{anchor}"
 
+    @staticmethod
+    def paper(name, shown=None):
+        """A link to the paper's page of `name` ("§3.2", "Appendix B"), shown as `shown`."""
+        page = PAPER_PAGES.get(re.sub(r"§\s", "§", name))
+        shown = shown or name
+        return f'<a href="{PAPER_PDF.format(page)}">{shown}</a>' if page else shown
+
     def text(self, m):
         """A linkable piece of a note's text -> the piece as a link, or unchanged."""
         s = m.group()
@@ -486,8 +494,11 @@ class Links:
             base = re.sub(r"^(?:[a-z]+/)*", "", s).split(".")[0]
             return f'<a href="{OFFICIAL_FILE.format(OFFICIAL_FILES[base])}">{s}</a>'
         if m.lastgroup == "paper":
-            page = PAPER_PAGES.get(re.sub(r"§\s", "§", s))
-            return f'<a href="{PAPER_PDF.format(page)}">{s}</a>' if page else s
+            if s.startswith("Appendix ") and len(s) > len("Appendix B"):  # "Appendix B, C"
+                first, rest = s[:len("Appendix B")], s[len("Appendix B"):]
+                return self.paper(first) + re.sub(
+                    r"\b[A-H]\b", lambda a: self.paper(f"Appendix {a.group()}", a.group()), rest)
+            return self.paper(s)
         if m.lastgroup == "file":
             stem = s[:-3]
             return s if stem not in self.defs or stem == self.stem else \
@@ -754,17 +765,18 @@ def step_table(data):
     return "\n".join(out)
 
 
-def figure_html(fig, markdown, root, out):
-    """A figure block; copies its image into out/figures/. AnnotateError if it is missing."""
+def figure_html(fig, markdown, root, out, links):
+    """A figure block, its caption linked as the notes are; copies its image into out/figures/.
+    AnnotateError if it is missing."""
     src = root / fig.src
     if not src.is_file():
         raise AnnotateError(f"{fig.src}: missing; it is generated (see FIGURES in "
                             "teaching/annotate.py for its command)")
-    caption = markdown_html(markdown, fig.caption)
+    caption = notes_html(markdown, fig.caption, links)
     if src.suffix == ".json":
         data = json.loads(src.read_text(encoding="utf-8"))
         body, kind = step_table(data), "table"
-        caption = markdown_html(markdown, fig.caption + " " + data.get("note", ""))
+        caption = notes_html(markdown, fig.caption + " " + data.get("note", ""), links)
     else:
         (out / "figures").mkdir(exist_ok=True)
         shutil.copyfile(src, out / "figures" / src.name)
@@ -784,7 +796,7 @@ def render_page(k, file, root, out, libs, defs):
     first, _, rest = intro.partition("\n\n")                # the first paragraph leads
     body.append(f'<div class="lead">{notes_html(markdown, first, Links(defs, stem))}</div>')
     body.append(notes_html(markdown, rest, Links(defs, stem)) + "</header>")
-    body += [figure_html(f, markdown, root, out) for f in FIGURES.get(file, [])]
+    body += [figure_html(f, markdown, root, out, Links(defs, stem)) for f in FIGURES.get(file, [])]
     body.append("<main>")
     n_heading = 0
     for s in sections:
@@ -841,7 +853,8 @@ def render_index(root, out, libs, defs):
         items.append(f'<li><a class="file" href="{page_name(file)}">{file}</a> - {first}</li>')
     idea = notes_html(markdown, IDEA, Links(defs, "index"))
     body = [f'<div class="index"><h1>{TITLE}</h1>', f'<div class="lead">{idea}</div>']
-    body += [figure_html(f, markdown, root, out) for f in FIGURES.get("index", [])]
+    body += [figure_html(f, markdown, root, out, Links(defs, "index"))
+             for f in FIGURES.get("index", [])]
     body.append("<h2>The reading path</h2>")
     body.append('<ol class="path">' + "\n".join(items) + "</ol>")
     body.append("<p>Then the rest of the project (the command line <code>electra_small.py</code>, "

@@ -363,6 +363,12 @@ def test_names_link_to_their_definitions_and_pages_to_the_paper(built):
     assert 'href="batches.html#Prefetcher"' in objectives                         # elsewhere
     train = (out / "train.html").read_text(encoding="utf-8")
     assert 'href="objectives.html#Pretraining"' in train and 'href="optim.html"' in train
+    # a list of appendices links each; a figure's caption links as a note does
+    pdf = annotate.PAPER_PDF
+    assert (f'<a href="{pdf.format(13)}">Appendix B</a>, <a href="{pdf.format(15)}">C</a>'
+            in (out / "finetune_glue.html").read_text(encoding="utf-8"))
+    caption = re.search(r"<figcaption>(.*?)</figcaption>", objectives, re.S).group(1)
+    assert '<a href="train.html">' in caption, caption
 
 
 @needs_markdown
