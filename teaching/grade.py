@@ -124,13 +124,25 @@ def submitted_body(text, part, name):
 BY_NAME_FUNC = {p.name: p.where.split(": ")[1].split(".") for p in ma.PARTS}
 
 
+def handout(source, rel, parts):
+    """The grader's file `rel` as handed out: the body of every graded part in it is the stub,
+    whatever the grader's copy holds. (Run in a student copy, the grader's copy is the
+    student's own: a part that does not parse there must not stop the others.)"""
+    text = (source / rel).read_text()
+    for part in parts:
+        if ma.BY_NAME[part].file == rel and part in ma.regions(text):
+            text = ma.replace_body(text, part, ma.stub(part))
+    return text
+
+
 def splice(source, submission, parts):
-    """{file: text} of the grader's files with each good part's submitted body in place, and
-    {part: reason} for the parts refused before any test runs."""
+    """{file: text} of the grader's files of the graded parts, handed out, with each good
+    part's submitted body in place, and {part: reason} for the parts refused before any test
+    runs."""
     refused, texts = {}, {}
     for part in parts:
         rel = ma.BY_NAME[part].file
-        own = texts.get(rel) or (source / rel).read_text()
+        own = texts.setdefault(rel, handout(source, rel, parts))
         try:
             path = find_file(submission, rel)
             if path is None:
@@ -240,8 +252,8 @@ def table(results):
         x = t.get("extra_data", {})
         label = f"{t['number'].split('.')[0]:>2} {x.get('part', '?')} ({x.get('kind', '?')})"
         secs = f"{x['seconds']:.1f}" if x.get("kind") == "public" and "seconds" in x else ""
-        rows.append(f"{label:<24}{x.get('passed', 0):>8} of {x.get('tests', 0):<3}"
-                    f"{t['score']:>10.2f} of {t['max_score']:<6.2f}{secs:>8}")
+        ran = f"{x.get('passed', 0):>8} of {x['tests']:<3}" if x.get("tests") else f"{'none ran':>14}"
+        rows.append(f"{label:<24}{ran}{t['score']:>10.2f} of {t['max_score']:<6.2f}{secs:>8}")
         if t["score"] < t["max_score"]:
             fails.append(f"{x.get('part')} ({x.get('kind')}): {t['output']}")
     total = sum(t["max_score"] for t in results["tests"])
@@ -267,7 +279,8 @@ def write_json(path, data):
 
 def grade(source, submission, hidden, results_path=None, say=print):
     """Grade `submission` with the grader's own copy `source`; returns results.json's dict
-    (and writes it to results_path, first with every part "not graded", then in full)."""
+    (and writes it to results_path, first with every part "not graded", then in full). With a
+    results_path (Gradescope) and run as root, the tests run as an ordinary user."""
     t0 = time.time()
     cfg = load_config(source)
     parts = cfg["parts"]
@@ -283,14 +296,16 @@ def grade(source, submission, hidden, results_path=None, say=print):
             say(f"  {p}: {why}")
         tree = work / "tree"
         make_tree(source, tree, texts)
-        user = runner.Unprivileged(os.environ.get(runner.USER_ENV))
-        if user and not user.can_run(sys.executable):
-            user.note = (f"the tests run as root: user {user.name} cannot run "
-                         f"{sys.executable}")
-            user.uid = None
-        if user.note:
-            say(f"  note: {user.note}")
-        home = user.prepare(work, tree)
+        user, home = None, None
+        if results_path:        # on Gradescope the submission is someone else's code
+            user = runner.Unprivileged(os.environ.get(runner.USER_ENV))
+            if user and not user.can_run(sys.executable):
+                user.note = (f"the tests run as root: user {user.name} cannot run "
+                             f"{sys.executable}")
+                user.uid = None
+            if user.note:
+                say(f"  note: {user.note}")
+            home = user.prepare(work, tree)
         results, collected, stopped, seconds = runner.run_parts(
             tree, [p for p in parts if p not in refused], hidden,
             {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),

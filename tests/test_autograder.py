@@ -225,6 +225,25 @@ def test_a_student_copy_prints_the_public_score_table(tmp_path):
     assert strip[0] == strip[1]
 
 
+def test_in_a_student_copy_a_part_that_does_not_parse_stops_only_itself(tmp_path):
+    """Run in a student copy, the grader's own files are the student's: a syntax error in one
+    part's body must not stop another part of the same file (the autograder grades it)."""
+    out = tmp_path / "hw3"
+    assert ma.main(["--out", str(out), "--parts", "mask,sample"]) == 0
+    fill(out, "sample", ma.reference_body("sample"))
+    fill(out, "mask", ["x = (", "return x"])                      # does not parse
+    run = subprocess.run([sys.executable, "teaching/grade.py"], cwd=out, capture_output=True,
+                         text=True, timeout=HANG)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert any(l.startswith(" 2 sample (public)") and "4 of 4" in l and "4.00 of 4.00" in l
+               for l in lines), run.stdout
+    assert any(l.startswith(" 1 mask (public)") and "none ran" in l and "0.00 of 6.00" in l
+               for l in lines), run.stdout
+    assert "mask (public): 0 points: objectives.py, line" in run.stdout
+    assert "SyntaxError" in run.stdout and "sample (public): " not in run.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--autograder", "{tmp}/ag.tar"], "name a .zip file"),
     (["--autograder", "{tmp}/nowhere/ag.zip"], "no folder"),
