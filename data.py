@@ -359,6 +359,12 @@ def prepare_demo(vocab_size=30522, log=print):
     return out
 
 
+def end_live_line():
+    """A terminal's live progress line (rewritten in place) ends before an error is printed."""
+    if sys.stdout.isatty():
+        print(flush=True)
+
+
 def main(argv=None):
     p = cli.Parser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
     src = p.add_mutually_exclusive_group(required=True)
@@ -404,10 +410,12 @@ def main(argv=None):
                        max_tokens=args.max_tokens, fraction=fraction, source=source,
                        log=lambda *a, **k: print(*a, **k, flush=True), live=sys.stdout.isatty())
     except (DataError, DatasetError) as e:
-        print(f"\nerror: {e}", file=sys.stderr)
+        end_live_line()
+        print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\ninterrupted: nothing was written", file=sys.stderr)
+        end_live_line()
+        print("interrupted: nothing was written", file=sys.stderr)
         return 130
     print(f"done: {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens, "
           f"vocabulary {meta['vocab_size']}")

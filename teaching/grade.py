@@ -337,6 +337,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.check:
         zip_path, submission = Path(args.check), Path(args.submission or HERE)
+        if not zip_path.exists():
+            print(f"error: --check {zip_path}: no such file; give the autograder.zip that "
+                  f"teaching/make_assignment.py --autograder wrote", file=sys.stderr)
+            return 1
         if not zip_path.is_file() or not zipfile.is_zipfile(zip_path):
             print(f"error: --check {zip_path}: not a zip file; give the autograder.zip that "
                   f"teaching/make_assignment.py --autograder wrote", file=sys.stderr)

@@ -265,6 +265,9 @@ def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
     assert grade.main(["--check", str(tmp_path / "x.zip")]) == 1
     err = capsys.readouterr().err
     assert "not a zip file" in err and err.count("\n") == 1
+    assert grade.main(["--check", str(tmp_path / "nothere.zip")]) == 1
+    err = capsys.readouterr().err
+    assert "nothere.zip: no such file" in err and err.count("\n") == 1
 
 
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.

@@ -139,7 +139,7 @@ def test_bad_flag_is_one_line_and_writes_nothing(script, base, args, names, tmp_
     except SystemExit as e:                 # argparse refuses while parsing
         code = e.code
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
+    lines = err.splitlines()                # one line, no blank one before it
     assert code in (1, 2), (code, out, err)
     assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0], err
     assert "Traceback" not in out + err
