@@ -132,6 +132,19 @@ def test_the_log_holds_a_gpus_peak_memory(monkeypatch):
     assert train.gpu_peak_bytes(torch.device("cpu")) is None
 
 
+def test_an_mfu_above_100_percent_measures_the_peak_again():
+    """A CPU's peak measured beside other jobs is too low; an interval above 100 % MFU (which
+    cannot be) measures it again and keeps the larger; a lower second measure changes nothing."""
+    import train
+    said = []
+    peak, mfu = train.peak_again(1e9, 3.0, torch.device("cpu"), 1, said.append,
+                                 measure=lambda device: (6e9, "measured"))
+    assert (peak, mfu) == (6e9, pytest.approx(0.5)) and "measured again" in said[0]
+    assert train.peak_again(1e9, 3.0, torch.device("cpu"), 2, said.append,
+                            measure=lambda device: (4e8, "measured")) == (1e9, 3.0)
+    assert len(said) == 1
+
+
 def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
     args = ["--data", data_dir, *TINY, "--max_steps", "40", "--log_every", "1"]
     ref = tmp_path / "ref"
