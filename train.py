@@ -153,7 +153,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         state = dict(config=cfg.to_dict(), model=raw_model.state_dict(),
                      optimizer=opt.state_dict(), step=st["step"], flops=st["flops"],
                      elapsed_s=st["elapsed"], setup_s=st["setup_s"], rng=rng_state(),
-                     data=data_state,
+                     data=data_state, data_dir=str(Path(data_dir).resolve()),
                      tokenizer=tokenizer.to_text(), saved_fractions=st["saved_fractions"],
                      budget=dict(hours=args.hours, max_steps=args.max_steps, flops=args.flops),
                      seed=args.seed, device=str(device), world=dist.world)

@@ -7,6 +7,7 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python analysis/inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
     python analysis/inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
     python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
+    python analysis/inspect_discriminator.py attention --ckpt C  # C's own data folder, if still there
     python analysis/inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G
     python analysis/inspect_discriminator.py mlm --ckpt C "the chef cooked the meal" --mask cooked
     python analysis/inspect_discriminator.py compare --ckpt C --bert B --data data/wiki00  # vs BERT
@@ -18,6 +19,7 @@ paper's probability that x_t is real. Measured with the Table 6 model (random we
 1 on a shared 2-core CPU): the sentence view and figure2 in 5 s, `all` in 97 s (200 held-out
 sequences, 200 sentences x 4 variants, CoLA dev 1043 sentences, SST-2 dev 872 x 2 prompts).
 """
+import difflib
 import json
 import sys
 import time
@@ -80,6 +82,12 @@ def build_loaded(cfg, ckpt, label):
 
 def load(path):
     """(D and G in eval mode - no dropout, so every number is reproducible -, tokenizer, cfg)."""
+    return load_with_data(path)[:3]
+
+
+def load_with_data(path):
+    """load(path) and the data folder the checkpoint was trained on, as train.py recorded it
+    (None in a checkpoint that predates the record)."""
     ckpt, cfg, tok = read_checkpoint(path, path)
     if cfg.model == "bert":
         raise InspectError(f"{path}: a BERT checkpoint has no discriminator to inspect")
@@ -88,7 +96,7 @@ def load(path):
                            "replaced-token detector D or a masked-LM G")
     if tok.vocab_size != cfg.vocab_size:
         raise InspectError(f"{path}: tokenizer has {tok.vocab_size} ids, model {cfg.vocab_size}")
-    return build_loaded(cfg, ckpt, path), tok, cfg
+    return build_loaded(cfg, ckpt, path), tok, cfg, ckpt.get("data_dir")
 
 
 # ----------------------------------------------------------------------------- sentence view
@@ -118,6 +126,17 @@ def choose_positions(toks, items):
 DRAW = "draw"     # --mask draw: m as a training step draws it, seeded (not chosen by hand)
 
 
+def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
+    """How many slots to draw m with on one unpadded text x (1, T), so that the draw masks what
+    a training step masks: k = round(mask_prob n) real tokens, at least 1 (mask_tokens' rule,
+    with training's slot count Config.n_slots = mask_slots(seq_len) as its cap). The slot
+    count of T positions alone, mask_slots(T), is below that k on a short text (0 for T < 7,
+    so nothing was masked); where it is not, it is kept, and with it the seeded draw."""
+    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
+                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
+    return max(mask_slots(x.shape[1], mask_prob), int(k))
+
+
 def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_prob=0.15):
     """Figure 2 with real tensors: every intermediate of one pre-training step on one text.
     mask_items: the positions to mask (choose_positions), or ["draw"]: the seeded draw of a
@@ -127,8 +146,11 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_p
     x = torch.tensor([encode(tok, text, max_len)])
     g = torch.Generator().manual_seed(seed)
     if [s.strip().lower() for s in mask_items if s.strip()] == [DRAW]:
-        drawn = mask_tokens(x, tok.special_ids, tok.mask_id, mask_slots(x.shape[1], mask_prob),
-                            mask_prob, generator=g)
+        slots = draw_slots(x, tok.special_ids, max_len, mask_prob)
+        drawn = mask_tokens(x, tok.special_ids, tok.mask_id, slots, mask_prob, generator=g)
+        if not drawn.weights.any():                      # no real token: k = 0, as training
+            raise InspectError("--mask draw found no token to mask: the text has none besides "
+                               "[CLS]/[SEP]-like special tokens; give a sentence")
         logits = model.generator(drawn.x_masked, drawn.positions)   # every slot, as training
         x_hat = sample(logits, generator=g)
         used = (drawn.weights[0] > 0).nonzero()[:, 0]
@@ -331,6 +353,32 @@ def default_sentence(args, tok, cfg):
 
 # ----------------------------------------------------------------------------- held-out text
 
+NEEDS_HELD_OUT = ("calibration", "scoring", "attention", "compare", "tokens", "all")
+
+
+def own_data(args, recorded, cmd):
+    """Without --data and --text, the held-out text is the validation split of the data folder
+    the checkpoint was trained on (`recorded`), when that folder still exists: sets args.data
+    and says so in one line. Else one line naming what is missing."""
+    if args.data or args.text:
+        return
+    if recorded:
+        try:                          # data/demo-8192 rather than /home/.../data/demo-8192
+            recorded = str(Path(recorded).relative_to(Path.cwd()))
+        except ValueError:
+            pass
+    if recorded and Path(recorded).is_dir():
+        args.data = recorded
+        print(f"held-out text: the validation split of {args.data}, the data folder this "
+              "checkpoint was trained on (--data DIR or --text FILE for another)")
+        return
+    gone = f"; the checkpoint's own data folder {recorded} is gone" if recorded else ""
+    if cmd == "mlm":
+        raise InspectError("mlm needs held-out text (--data DIR or --text FILE) for the "
+                           f"accuracies, or a sentence and --mask WORD for its candidates{gone}")
+    raise InspectError(f"this analysis needs held-out text: --data DIR or --text FILE{gone}")
+
+
 def held_out(args, tok, cfg):
     """(sequences [(ids, segment ids)] built as pre-training builds them, sentences [ids]),
     from --data (its val split) or --text (documents, cut into seq_len chunks)."""
@@ -464,7 +512,8 @@ def parse_args(argv):
                    help="mlm, compare: a BERT checkpoint trained on the same data, to compare")
     p.add_argument("--color", action="store_true", help="ANSI colours even when not a tty")
     p.add_argument("--data", type=cli.nonempty,
-                   help="prepared data folder: its val split is the held-out text")
+                   help="prepared data folder: its val split is the held-out text (default: "
+                   "the folder the checkpoint was trained on, while it exists)")
     p.add_argument("--text", type=cli.nonempty,
                    help="held-out text file (.txt/.txt.xz/.jsonl) instead of --data")
     p.add_argument("--glue_dir", type=cli.nonempty,
@@ -484,8 +533,23 @@ def parse_args(argv):
     return p.parse_intermixed_args(argv)
 
 
+def not_a_command(words):
+    """A first word that is no command but close to one (difflib), alone or before a quoted
+    text: a mistyped command (`attentoin`), refused rather than shown as text. Several unquoted
+    words are a sentence and stay text, as does any first word after `show`."""
+    first = words[0] if words else ""
+    if not first or first in COMMANDS or first.split() != [first] or \
+            (len(words) > 1 and len(words[1].split()) < 2):
+        return
+    close = difflib.get_close_matches(first.lower(), COMMANDS, n=1)
+    if close:
+        raise InspectError(f"{first!r} is not a command; did you mean {close[0]!r}? (to inspect "
+                           f"text, quote a sentence, or write show {first})")
+
+
 @torch.inference_mode()
 def run(args):
+    not_a_command(args.words)
     cmd, words = (args.words[0], args.words[1:]) if args.words and args.words[0] in COMMANDS \
         else ("show", args.words)
     text = " ".join(words).strip()
@@ -501,9 +565,6 @@ def run(args):
                            "data (electra_small.py --model bert), to compare D with")
     if cmd == "mlm" and text and not args.mask:
         raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
-    if cmd == "mlm" and not text and not (args.data or args.text):
-        raise InspectError("mlm needs held-out text (--data DIR or --text FILE) for the "
-                           "accuracies, or a sentence and --mask WORD for its candidates")
     args.topk = args.topk or (100 if cmd == "mlm" else 5)
     if cmd in ("figure2", "all") and text and not args.mask:
         raise InspectError("figure2 on your own text needs --mask (token indices or words)")
@@ -513,7 +574,9 @@ def run(args):
                            "one {} for them")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok, cfg = load(args.ckpt)
+    model, tok, cfg, recorded = load_with_data(args.ckpt)
+    if cmd in NEEDS_HELD_OUT or (cmd == "mlm" and not text):
+        own_data(args, recorded, cmd)
     if args.topk > cfg.vocab_size:
         raise InspectError(f"--topk {args.topk}: the vocabulary has {cfg.vocab_size} tokens")
     bert = load_bert(args.bert, tok) if args.bert else None
@@ -537,8 +600,7 @@ def run(args):
     glue = args.glue_dir if args.glue_dir and Path(args.glue_dir).is_dir() else None
     if cmd in ("cola", "sst2") and not glue:
         raise InspectError(f"no GLUE folder {args.glue_dir or ''}: give --glue_dir (CoLA/, SST-2/)")
-    held = held_out(args, tok, cfg) if cmd in ("calibration", "scoring", "attention", "compare",
-                                               "tokens", "all") else None
+    held = held_out(args, tok, cfg) if cmd in NEEDS_HELD_OUT else None
     if cmd == "compare":
         res = compare(model, bert, tok, [s for s, _ in held[0]], out)
         return write_json(out / "compare.json", dict(res, ckpt=str(args.ckpt), bert=str(args.bert)))

@@ -48,7 +48,7 @@ from machinery import cli
 from machinery.checkpoint import CheckpointError
 from analysis import inspect_discriminator as insp
 from analysis.analyses import InspectError, d_probs, encode, pieces, shown
-from objectives import mask_slots, mask_tokens
+from objectives import mask_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 ANNOTATED = ROOT / "out_annotated"          # where teaching/annotate.py writes its pages
@@ -118,9 +118,10 @@ class Inspector:
                 used = [True] * tr["m"].shape[1]
             else:
                 xt, g = torch.tensor([x]), torch.Generator().manual_seed(seed)
-                masked = mask_tokens(xt, self.tok.special_ids, self.tok.mask_id,
-                                     mask_slots(len(x), self.cfg.mask_prob), self.cfg.mask_prob,
-                                     generator=g)
+                slots = insp.draw_slots(xt, self.tok.special_ids, self.cfg.seq_len,
+                                        self.cfg.mask_prob)
+                masked = mask_tokens(xt, self.tok.special_ids, self.tok.mask_id, slots,
+                                     self.cfg.mask_prob, generator=g)
                 tr = insp.step_trace(self.model, xt, masked, k, g)
                 used = (masked.weights[0] > 0).tolist()
         slot = {int(t): j for j, (t, u) in enumerate(zip(tr["m"][0].tolist(), used)) if u}

@@ -2,8 +2,9 @@
 
 A checkpoint holds everything needed to continue or to use a run: the config, the weights, the
 optimizer, the step, the FLOPs and wall time so far (for compute-vs-GLUE plots, Table 1), the
-RNG states and data position (so --resume continues exactly), and the tokenizer itself (so a
-checkpoint works without the data folder it was trained on).
+RNG states and data position (so --resume continues exactly), the data folder's path (so the
+analyses find its held-out text), and the tokenizer itself (so a checkpoint works without the
+data folder it was trained on).
 
 Safety rules: files are written to a temporary name and renamed into place (a crash or Ctrl-C
 mid-write never leaves a truncated ckpt.pt), and loaded with torch.load(weights_only=True), which

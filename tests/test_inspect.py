@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import objectives
 from analysis import analyses
 from analysis import inspect_discriminator as insp
 from conftest import SHARED, one_token_discriminator, run_cli, save_tiny
@@ -355,3 +356,96 @@ def test_a_command_that_writes_nothing_leaves_no_folder(tiny, learnable_data_dir
     assert insp.main(["attention", "--ckpt", str(tiny), "--out", str(out), "--threads", "1",
                       "--data", str(learnable_data_dir), "--n", "3"]) == 0
     assert not out.exists()
+
+
+def test_a_mistyped_command_is_refused_not_shown_as_text(tiny, tmp_path, capsys):
+    """A first word close to a command (alone, or before a quoted sentence) is a typo: one
+    line naming the command, exit 1, nothing written. Several words, a quoted sentence, or
+    `show WORD` stay text, as before."""
+    out = tmp_path / "o"
+    common = ["--ckpt", str(tiny), "--out", str(out), "--threads", "1"]
+    for words, meant in ((["attentoin"], "attention"), (["figre2", "the chef cooked"], "figure2"),
+                         (["Callibration"], "calibration")):
+        assert insp.main([*words, *common]) == 1, words
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0] == (
+            f"error: {words[0]!r} is not a command; did you mean {meant!r}? (to inspect text, "
+            f"quote a sentence, or write show {words[0]})"), err
+        assert not out.exists()
+    for words, n_tokens in ((["show", "attentoin"], len(insp.load(tiny)[1].encode("attentoin"))),
+                            (["attention is all you need"], None), (["call", "me", "later"], None),
+                            (["hello"], None)):
+        assert insp.main([*words, *common]) == 0, words
+        text = capsys.readouterr().out
+        assert text.startswith("D on the text as typed"), (words, text)
+        if n_tokens:
+            assert f"{n_tokens} tokens" in text
+
+
+def test_drawn_mask_on_a_short_text_masks_as_training_does(loaded, monkeypatch):
+    """--mask draw on a text of any length masks k = round(0.15 n) real tokens, at least 1 -
+    objectives.mask_tokens' rule, whose slot count once left a short text unmasked - and
+    draws the same step as teaching/one_step.py; a text with no real token is one line."""
+    from teaching import one_step
+    model, tok, cfg = loaded
+    words = "the cat sees the ball in the morning and the dog likes the river".split()
+    seen = set()
+    for n_words in range(1, len(words) + 1):
+        text = " ".join(words[:n_words])
+        with torch.inference_mode():
+            tr = insp.figure2_trace(model, tok, text, ["draw"], seed=n_words, max_len=cfg.seq_len,
+                                    mask_prob=cfg.mask_prob)
+        n = tr["x"].shape[1] - 2
+        k = max(1, int(np.floor(0.15 * n + 0.5)))
+        assert tr["m"].shape[1] == k and (tr["x_masked"].gather(1, tr["m"]) != tr["x"].gather(
+            1, tr["m"])).sum() <= k, (text, tr["m"])
+        assert tr["m"][0].tolist() == one_step.one_step(model, tok, cfg, text, seed=n_words)["m"]
+        seen.add(k > objectives.mask_slots(n + 2, cfg.mask_prob))
+    assert seen == {True, False}          # short texts the old slot count under-masked, and not
+    monkeypatch.setattr(insp, "encode", lambda tok, text, max_len: [tok.cls_id, tok.sep_id])
+    with pytest.raises(insp.InspectError, match="no token to mask"):
+        insp.figure2_trace(model, tok, "x", ["draw"])
+
+
+def test_figure2_draw_on_a_short_text_from_the_command_line(tiny, tmp_path, capsys):
+    """The README's `figure2 --ckpt C "TEXT" --mask draw` on a text of 2 tokens (4 positions
+    with [CLS] and [SEP]: mask_slots(4) = 0): one token in m, as training would mask."""
+    assert insp.main(["figure2", "--ckpt", str(tiny), "the", "--mask", "draw",
+                      "--out", str(tmp_path / "o"), "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    x = re.search(r"^x +(.*)$", text, re.M)
+    m = re.search(r"^m +tensor\(\[\[(\d+)\]\]\)", text, re.M)
+    assert x and len(x[1].split()) == 4 and m and 1 <= int(m[1]) <= 2, text
+
+
+def with_data_dir(src, dst, data_dir):
+    """A copy of checkpoint src recording data_dir, as train.py records its --data."""
+    from machinery.checkpoint import save_checkpoint
+    ckpt = torch.load(src, weights_only=True)
+    ckpt["data_dir"] = str(data_dir)
+    save_checkpoint(dst, ckpt)
+    return dst
+
+
+def test_held_out_text_defaults_to_the_checkpoints_own_data_folder(tiny, learnable_data_dir,
+                                                                  tmp_path, capsys):
+    """Without --data and --text the analyses read the validation split of the data folder
+    the checkpoint records, and say so; a recorded folder that is gone is named in the error."""
+    own = with_data_dir(tiny, tmp_path / "own.pt", learnable_data_dir)
+    common = ["--out", str(tmp_path / "o"), "--threads", "1", "--n", "3"]
+    assert insp.main(["attention", "--ckpt", str(own), *common]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith(
+        f"held-out text: the validation split of {learnable_data_dir}, the data folder this "
+        "checkpoint was trained on") and "discriminator's most neighbour-bound head" in text
+    assert insp.main(["calibration", "--ckpt", str(own), *common]) == 0
+    assert "of 3 held-out sequences" in capsys.readouterr().out
+    gone = with_data_dir(tiny, tmp_path / "gone.pt", tmp_path / "data" / "demo-8192")
+    for cmd, message in (("attention", "this analysis needs held-out text"),
+                         ("mlm", "mlm needs held-out text")):
+        assert insp.main([cmd, "--ckpt", str(gone), *common, "--out", str(tmp_path / "n")]) \
+            == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0] and \
+            f"the checkpoint's own data folder {tmp_path / 'data' / 'demo-8192'} is gone" in err[0]
+    assert not (tmp_path / "n").exists()

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -298,6 +299,7 @@ def test_checkpoint_holds_no_pickled_code(data_dir, tmp_path):
     for key in ("config", "model", "optimizer", "step", "flops", "elapsed_s", "rng", "data",
                 "tokenizer"):
         assert key in ckpt, key
+    assert ckpt["data_dir"] == str(Path(data_dir).resolve())     # the analyses' held-out text
 
 
 def test_default_command_builds_the_demo_corpus_offline(tmp_path):
