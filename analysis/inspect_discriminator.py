@@ -323,8 +323,9 @@ def default_sentence(args, tok, cfg):
     text - the first in --data's validation split, counted from a place the seed picks, that
     fits the positions D was trained on (up to 40 tokens, at least 2/3 of that; else the start
     of a longer one) - with m the seeded draw of a training step (--mask draw, the same random
-    numbers as teaching/one_step.py). Without --data, the paper's example, which a model trained
-    on other text (the demo corpus is Python's documentation) may find strange. Returns (text,
+    numbers as teaching/one_step.py). --data defaults to the folder the checkpoint was trained
+    on, where it still exists; without either, the paper's example, which a model trained on
+    other text (the demo corpus is Python's documentation) may find strange. Returns (text,
     mask items, one line saying which)."""
     if not args.data:
         return PAPER_SENTENCE, args.mask or PAPER_MASK, (
@@ -356,17 +357,23 @@ def default_sentence(args, tok, cfg):
 NEEDS_HELD_OUT = ("calibration", "scoring", "attention", "compare", "tokens", "all")
 
 
+def as_typed(recorded):
+    """The recorded data folder as a user would write it: data/demo-8192, not /home/.../."""
+    if recorded:
+        try:
+            return str(Path(recorded).relative_to(Path.cwd()))
+        except ValueError:
+            pass
+    return recorded
+
+
 def own_data(args, recorded, cmd):
     """Without --data and --text, the held-out text is the validation split of the data folder
     the checkpoint was trained on (`recorded`), when that folder still exists: sets args.data
     and says so in one line. Else one line naming what is missing."""
     if args.data or args.text:
         return
-    if recorded:
-        try:                          # data/demo-8192 rather than /home/.../data/demo-8192
-            recorded = str(Path(recorded).relative_to(Path.cwd()))
-        except ValueError:
-            pass
+    recorded = as_typed(recorded)
     if recorded and Path(recorded).is_dir():
         args.data = recorded
         print(f"held-out text: the validation split of {args.data}, the data folder this "
@@ -580,6 +587,9 @@ def run(args):
     if args.topk > cfg.vocab_size:
         raise InspectError(f"--topk {args.topk}: the vocabulary has {cfg.vocab_size} tokens")
     bert = load_bert(args.bert, tok) if args.bert else None
+    if cmd == "figure2" and not text and not args.data and recorded and \
+            Path(as_typed(recorded)).is_dir():      # its sentence from the checkpoint's own text
+        args.data = as_typed(recorded)
     if cmd in ("figure2", "all") and not text:
         text, args.mask, which = default_sentence(args, tok, cfg)
         print(which)

@@ -440,6 +440,9 @@ def test_held_out_text_defaults_to_the_checkpoints_own_data_folder(tiny, learnab
         "checkpoint was trained on") and "discriminator's most neighbour-bound head" in text
     assert insp.main(["calibration", "--ckpt", str(own), *common]) == 0
     assert "of 3 held-out sequences" in capsys.readouterr().out
+    # figure2 without TEXT takes its sentence from there too; the paper's where it is gone
+    assert insp.main(["figure2", "--ckpt", str(own), *common]) == 0
+    assert f"of {learnable_data_dir}'s validation split" in capsys.readouterr().out
     gone = with_data_dir(tiny, tmp_path / "gone.pt", tmp_path / "data" / "demo-8192")
     for cmd, message in (("attention", "this analysis needs held-out text"),
                          ("mlm", "mlm needs held-out text")):
@@ -449,3 +452,5 @@ def test_held_out_text_defaults_to_the_checkpoints_own_data_folder(tiny, learnab
         assert len(err) == 1 and message in err[0] and \
             f"the checkpoint's own data folder {tmp_path / 'data' / 'demo-8192'} is gone" in err[0]
     assert not (tmp_path / "n").exists()
+    assert insp.main(["figure2", "--ckpt", str(gone), *common]) == 0
+    assert "the paper's example sentence" in capsys.readouterr().out
