@@ -2,17 +2,17 @@
 
 | flag | class | what changes |
 |---|---|---|
-| `--objective electra15` | `ELECTRA15` | L_Disc over the masked positions only (§3.5) |
-| `--objective replace_mlm` | `ReplaceMLM` | an MLM reading G's samples, not [MASK] (§3.5) |
-| `--objective all_tokens_mlm` | `AllTokensMLM` | an MLM over every token, a copy gate (§3.5) |
-| `--gen_size S` | (config) | G's width as a fraction of D's (§3.2) |
-| `--generator unigram` | `UnigramELECTRA` | x̂ from the corpus's token frequencies (§3.2) |
-| `--generator adversarial` | `AdversarialELECTRA` | G maximises L_Disc by REINFORCE (Appendix F) |
-| `--generator gumbel` | `GumbelELECTRA` | not the paper's: a reviewer's Gumbel-softmax G |
-| `--two_stage` | `TwoStageELECTRA` | G alone, then D from G's weights, G frozen (§3.2) |
+| `--objective electra15` | `ELECTRA15` | L_Disc on masked positions only (§3.5) |
+| `--objective replace_mlm` | `ReplaceMLM` | MLM on G's samples, not [MASK] (§3.5) |
+| `--objective all_tokens_mlm` | `AllTokensMLM` | MLM on every token, copy gate (§3.5) |
+| `--gen_size S` | (config) | G's width, a fraction of D's (§3.2) |
+| `--generator unigram` | `UnigramELECTRA` | x̂ by token frequency (§3.2) |
+| `--generator adversarial` | `AdversarialELECTRA` | G maximises L_Disc (Appendix F) |
+| `--generator gumbel` | `GumbelELECTRA` | not the paper's: a reviewer's |
+| `--two_stage` | `TwoStageELECTRA` | G, then D from G's weights (§3.2) |
 
 Each class overrides one half of the step (generate or discriminate) or, for the training
-algorithms, the whole step and the trainer's hooks; `build_model` picks one for a config.
+algorithms, the whole step and the trainer's hooks; `build_model` picks one.
 """
 import copy
 
@@ -48,10 +48,10 @@ class ELECTRA15(ELECTRA):
 
 
 class ReplaceMLM(ELECTRA):
-    """"Replace MLM" (§3.5): masked language modelling with G's samples instead of [MASK] at
-    the masked positions: how much of ELECTRA's gain is the [MASK] mismatch? The main network
-    (`discriminator`, where fine-tuning looks) is an MLM at D's size, weighted $λ = 1$ (this
-    code's choice: two MLM losses; the paper does not say)."""
+    """"Replace MLM" (§3.5): an MLM reading G's samples instead of [MASK] at the masked
+    positions: how much of ELECTRA's gain is the [MASK] mismatch? The main network
+    (`discriminator`, which fine-tuning keeps) is an MLM at D's size, weighted $λ = 1$ (this
+    code's choice; the paper does not say)."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -94,7 +94,7 @@ class AllTokensMLM(ReplaceMLM):
     """"All-Tokens MLM" (§3.5): Replace MLM predicting *every* token of x_corrupt, through the
     copy mechanism, which the paper says "improved results" (its remark that a model would
     "trivially learn to ... copy the input" is about inputs without G's samples). Table 5: it
-    closes most of the gap between BERT and ELECTRA."""
+    closes most of the BERT-ELECTRA gap."""
 
     def make_discriminator(self, cfg, embeddings):
         return CopyMLM(cfg.disc, embeddings)
@@ -207,12 +207,12 @@ def embed_tokens(emb, token_vectors, segment_ids=None):
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: a reviewer's generator (docs/reviewers-questions.md), trained by
-    maximum likelihood, then annealed towards ascending D's loss through straight-through
-    Gumbel-softmax samples: $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, read by D as a
-    one-hot row, while the gradient takes the path of $softmax((l_t + g_t) / τ)$, times $−w$
-    (`ScaleGrad`, `gumbel_weight`). At $w = 1$: Appendix F's adversarial G with a biased,
-    low-variance gradient in place of REINFORCE's."""
+    """Not the paper's: a reviewer's generator (docs/reviewers-questions.md), maximum
+    likelihood, then annealed towards ascending D's loss through straight-through
+    Gumbel-softmax samples: $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, a one-hot row for
+    D, while the gradient follows $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`,
+    `gumbel_weight`). At $w = 1$: Appendix F's adversarial G, with a biased, low-variance
+    gradient instead of REINFORCE's."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -323,7 +323,7 @@ class TwoStageELECTRA(ELECTRA):
 # ----------------------------------------------------------------------------- choosing one
 
 def build_model(cfg, train_tokens=None):
-    """The pre-training model a config describes: BERT, ELECTRA, or one of the ablations.
+    """The pre-training model a config describes: BERT, ELECTRA or an ablation.
     `train_tokens` (the training set's token ids) gives the unigram generator its counts."""
     if cfg.model == "bert":
         return BERT(cfg)

@@ -47,16 +47,13 @@ def load_split(data_dir, split, meta):
 
 def build_examples(lengths, max_len, seed):
     """Examples from a split's sentence lengths (0 at a document's end), as the official
-    build_pretraining_dataset.py builds them.
-
-    Sentences are collected up to the target length or the document's end, then cut at a
-    sentence boundary: A about half, B the rest; 10 % of examples keep all in A, 5 % get a
-    random shorter target. This code departs in two details, so that a segment is one slice of
-    the stream: a sentence longer than the example is cut, not truncated, and once B has
-    started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
+    build_pretraining_dataset.py builds them: sentences are collected up to the target length
+    or the document's end, then cut at a sentence boundary, A about half, B the rest; 10 % of
+    examples keep all in A, 5 % get a random shorter target. Two departures, so that a segment
+    is one slice of the stream: a sentence longer than the example is cut, not truncated, and
+    once B has started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
     b_start, b_len), a pure function of (lengths, max_len, seed)."""
-    # Every random choice comes from one seeded stream: the same corpus and seed always give
-    # the same examples, so a checkpoint only needs (epoch, batch) to resume.
+    # One seeded stream for every random choice.
     coins = _uniforms(np.random.default_rng(seed))
     piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
     out, cur, start, pos = [], [], 0, 0            # cur: token counts of the collected sentences
@@ -64,8 +61,8 @@ def build_examples(lengths, max_len, seed):
 
     def emit():
         nonlocal cur, target
-        # Where A ends: about half-way, so most examples have a B (whose segment embedding six
-        # of the eight GLUE tasks read); 10 % of the time no limit.
+        # Where A ends: about half-way, so most examples have a B (six of the eight GLUE tasks
+        # read its segment embedding).
         first_target = 1 << 30 if next(coins) < 0.1 else (target - 3) // 2
         a = b = 0
         for n in cur:
@@ -78,7 +75,6 @@ def build_examples(lengths, max_len, seed):
         b_len = min(b, max(0, max_len - a_len - 3))
         out.append((start, a_len, start + a, b_len))
         cur = []
-        # 5 % of examples aim at a random shorter length (as the official code).
         target = int(5 + next(coins) * (max_len - 4)) if next(coins) < 0.05 else max_len
 
     for n in lengths.tolist():
@@ -113,8 +109,8 @@ class PretrainingData:
 
     def __init__(self, data_dir, split, batch_size, seq_len, seed=0, rank=0, world=1,
                  arrays=None):
-        """`arrays` (tokens, lengths, meta) in place of a prepared folder's files: the
-        benchmark's synthetic corpus (benchmarks/bench.py)."""
+        """Engineering: `arrays` (tokens, lengths, meta) in place of a prepared folder's
+        files, for the benchmark's synthetic corpus (benchmarks/bench.py)."""
         self.dir = Path(data_dir)
         if arrays is None:
             self.meta = load_meta(self.dir)
@@ -133,7 +129,7 @@ class PretrainingData:
         self.cls, self.sep, self.pad = self.meta["cls_id"], self.meta["sep_id"], self.meta["pad_id"]
         self.epoch, self.batch = 0, 0
         self._order_epoch, self._order = None, None
-        # for assemble: the memmap as a plain ndarray, and the column numbers
+        # Engineering: for assemble, the memmap as a plain ndarray, and the column numbers
         self._stream = self.tokens.view(np.ndarray)
         self._columns = np.arange(seq_len)[None, :]
 
@@ -151,8 +147,8 @@ class PretrainingData:
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
 
     def mask_generator(self):
-        """A torch RNG seeded by the data position: fresh masks each time a sequence is seen,
-        and a resumed run draws exactly the masks it would have."""
+        """A torch RNG seeded by the data position: a resumed run draws exactly the masks it
+        would have."""
         g = torch.Generator()
         # (modulo 2**64, the seeds torch accepts)
         g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
@@ -163,7 +159,6 @@ class PretrainingData:
         """The next batch, int64 (B, seq_len): x, segment_ids (1 on B [SEP]) and pad_mask
         (True on real tokens: padding stays out of attention, masking and L_Disc)."""
         if self._order_epoch != self.epoch:
-            # the epoch's order, a pure function of (seed, epoch)
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
         first = self.batch * self.batch_size + self.rank * self.local   # this rank's slice
@@ -207,8 +202,8 @@ MORE_TEXT = "python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --n
 
 
 def repetition_warning(steps, data):
-    """One line when `steps` steps of `data` (a PretrainingData) would go through its examples
-    more than MAX_PASSES times, naming the command that prepares more text; None otherwise."""
+    """One line when `steps` steps of `data` would go through its examples more than
+    MAX_PASSES times, naming the command that prepares more text; None otherwise."""
     passes = steps * data.batch_size / data.n_seqs
     if passes <= MAX_PASSES:
         return None

@@ -1,4 +1,4 @@
-"""The configuration: every hyperparameter of pre-training in one place (paper Table 6).
+"""Every hyperparameter of pre-training in one place (paper Table 6).
 
 The paper's ELECTRA-Small (Appendix A, Table 6): 12 layers, hidden 256, FFN 1024, 4 heads,
 embedding 128, G at 1/4 of D's width, 15 % masking, $λ = 50$, lr 5e-4 with 10k warm-up steps
@@ -14,14 +14,14 @@ from encoder import EncoderConfig
 
 @dataclass
 class Config:
-    """Every hyperparameter, in one place. The defaults are ELECTRA-Small (Table 6)."""
+    """The defaults are ELECTRA-Small (Table 6)."""
     model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
     generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
                                     # | "gumbel" (a reviewer's: ablations.GumbelELECTRA)
-    # --generator gumbel only: w, the adversarial weight in G's gradient, is 0 (maximum
-    # likelihood) for the first gumbel_start of the budget, then rises linearly to gumbel_weight;
-    # gumbel_tau: the Gumbel-softmax temperature of the backward (docs/reviewers-questions.md)
+    # --generator gumbel only: w, the adversarial weight in G's gradient, 0 until gumbel_start
+    # of the budget, then linearly up to gumbel_weight (ablations.gumbel_weight); gumbel_tau:
+    # the Gumbel-softmax temperature of the backward
     gumbel_tau: float = 1.0
     gumbel_start: float = 0.5
     gumbel_weight: float = 0.5
@@ -50,7 +50,7 @@ class Config:
 
     @property
     def gen(self) -> EncoderConfig:
-        """G: D's depth, `gen_size` of its width (1/4: hidden 64, FFN 256, one head)."""
+        """G: D's depth, `gen_size` of its width (generator.py)."""
         d, s = self.disc, self.gen_size
         return EncoderConfig(hidden=int(d.hidden * s), layers=d.layers,
                              heads=max(1, int(d.heads * s)), ffn=int(d.ffn * s), dropout=d.dropout)
@@ -101,9 +101,8 @@ SIZES = {"small": {},
 
 
 # "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more. On
-# Wikipedia one block stops at 43-45 % recall; two passed 50 % after 17-57 minutes, but left
-# the plateau later and less predictably (steps 1,500-6,500 in seven runs, against
-# 1,600-3,000 for one block; docs/results.md).
+# Wikipedia one block stops at 43-45 % recall; two passed 50 % (after 17-57 minutes) but left
+# the plateau later and less predictably (docs/results.md).
 SIZES["laptop_deep"] = dict(SIZES["laptop"], disc=replace(SIZES["laptop"]["disc"], layers=2))
 
 # The demo corpus's vocabulary when a run gives no --data: 8,192 for the laptop recipes (with

@@ -9,9 +9,8 @@ every document's end, where batches.py cuts examples.
     python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
     python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki
 
-(the second needs `pip install datasets`) write data/NAME/: train.bin and val.bin (uint16 token
-ids, as nanoGPT), train.sent.bin and val.sent.bin (sentence lengths), tokenizer.tiktoken and
-meta.json.
+(the second needs `pip install datasets`) write data/NAME/: each split's token ids (uint16, as
+nanoGPT) and sentence lengths, tokenizer.tiktoken and meta.json.
 
 Engineering: one worker process per core tokenizes a chunk of documents at a time, written as it
 comes back, so any corpus streams through in a few MB per worker
@@ -37,7 +36,7 @@ from machinery.tokenize_corpus import (Progress, default_workers, document_chunk
                              tokenized_chunks)
 from machinery.tokenizer import Tokenizer, train_bpe
 
-# Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them (tests use it).
+# Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them.
 DATA_ROOT = Path(os.environ.get("ELECTRA_DATA_ROOT", Path(__file__).resolve().parent / "data"))
 DEMO_NAME = "demo"
 TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz", ".jsonl")
@@ -48,7 +47,7 @@ FORMAT = 2      # meta.json "format": 2 = token stream + sentence lengths (two-s
 
 
 class DataError(Exception):
-    """Bad input the user can fix; the command line prints it as one line and exits 1."""
+    """Bad input the user can fix: the command line prints one line and exits 1."""
 
 
 def load_meta(data_dir):
@@ -141,8 +140,8 @@ def read_documents(path, raw=None):
 
 
 def corpus_documents(files):
-    """The documents of all files in order, and a function that says which fraction of the
-    files' bytes has been read so far (for the ETA)."""
+    """The documents of all files in order, and a function giving the fraction of their bytes
+    read so far (for the ETA)."""
     sizes, state = [f.stat().st_size for f in files], {"done": 0, "raw": None}
 
     def documents():
@@ -291,8 +290,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
 
 
 def check_out_dir(out_dir):
-    """prepare() replaces out_dir, so it must be an earlier preparation, an empty folder or
-    nothing yet: a --name that happens to be one of the user's folders costs no file."""
+    """prepare() replaces out_dir: it must be an earlier preparation, an empty folder or
+    nothing, so no --name can cost the user a file."""
     if out_dir.name in ("", ".", "..") or out_dir.resolve() == Path(__file__).resolve().parent:
         raise DataError(f"{out_dir}: not a folder for prepared data: give a --name such as wiki00")
     if out_dir.exists() and not out_dir.is_dir():

@@ -9,7 +9,7 @@ the probability that $x_t$ is real, trained on L_Disc over *all* n tokens, not o
 that were masked: the paper's point (§3.5). The official code (run_pretraining.py,
 `_get_discriminator_output`) puts a dense layer with GELU before w, and its logit scores
 "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the same classifier with w's sign flipped. This
-code does both, as the official code. After pre-training G is thrown away and D is fine-tuned
+code does both. After pre-training G is thrown away and D is fine-tuned
 (finetune_glue.py).
 """
 import torch.nn as nn
@@ -35,7 +35,7 @@ class Discriminator(nn.Module):
         return self.encoder(self.embeddings(x, segment_ids), pad_mask)
 
     def forward(self, x_corrupt, pad_mask=None, segment_ids=None):
-        """Per-token logits of "replaced" for x_corrupt: (B, T); D(x, t) = 1 - sigmoid(logit)."""
+        """Per-token logits of "replaced" for x_corrupt, (B, T)."""
         h = self.hidden(x_corrupt, pad_mask, segment_ids)
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 

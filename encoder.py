@@ -1,11 +1,11 @@
-"""The Transformer encoder that G and D are both built from (paper §2, §3.2, §3.3).
+"""The Transformer encoder of G and D (paper §2, §3.2, §3.3).
 
 The paper says (§2) each network "primarily consists of an encoder (e.g., a Transformer
 network)": here BERT's, post-LayerNorm blocks of self-attention and a GELU feed-forward
 network. G and D share their embeddings (§3.2: token and position; this code, as the official
-code, also the segment embeddings and their LayerNorm). §3.2 makes them the size of D's
-hidden states, with linear layers projecting them to G's width (footnote 4); §3.3 makes
-ELECTRA-Small's smaller still, 128, so D projects them too. Pieces: `Embeddings`, `Encoder`
+code, also the segment embeddings and their LayerNorm), of D's hidden size in §3.2, projected
+to G's width by linear layers (footnote 4); ELECTRA-Small's are smaller still, 128 (§3.3), so
+D projects them too. Pieces: `Embeddings`, `Encoder`
 (projection and blocks) and `MLMHead` (the softmax of $p_G$).
 """
 from dataclasses import dataclass
@@ -76,12 +76,11 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, h, attn_mask=None):
-        """h (B, T, hidden) -> (B, T, hidden). attn_mask (B, 1, 1, T) bool, True where a key may
-        be attended to (padding may not), or None. qkv(h) holds q, k and v in that order, and
-        head j uses columns $j d$ to $(j + 1) d$ of each. Each head computes
-        $softmax(q k^T / √d) v$ over its $d = hidden / heads$ dimensions, with dropout
-        self.dropout on the probabilities in training (none in eval); the heads' outputs are
-        concatenated and projected by `out`."""
+        """h (B, T, hidden) -> (B, T, hidden); attn_mask (B, 1, 1, T) bool, True where a key may
+        be attended to (padding may not), or None. qkv(h) holds q, k and v in that order; head
+        j takes columns $j d$ to $(j + 1) d$ of each and computes $softmax(q k^T / √d) v$ over
+        its $d = hidden / heads$ dimensions, with dropout self.dropout on the probabilities in
+        training only; `out` projects the concatenated heads."""
         # BEGIN ASSIGNMENT attention
         B, T, H = h.shape
         # (B, T, 3 * H) -> three tensors of (B, heads, T, d): one matmul for q, k and v
@@ -135,8 +134,8 @@ class Encoder(nn.Module):
 
 class MLMHead(nn.Module):
     """The masked-LM output layer, the softmax of $p_G$, as BERT and the official code build
-    it: dense, GELU, LayerNorm, then a product with every token embedding plus a bias. Applied
-    at the K masked slots only, the only ones with a target."""
+    it: dense, GELU, LayerNorm, then a product with every token embedding plus a bias, at
+    the K masked slots only (the only ones with a target)."""
 
     def __init__(self, hidden: int, emb_size: int, vocab_size: int):
         super().__init__()

@@ -1,14 +1,13 @@
 """Fine-tune a pre-trained discriminator on GLUE: the paper's evaluation (§3.1, Appendix B, C).
 
 The paper says (Figure 2's caption) "we throw out the generator and only fine-tune the
-discriminator", with "simple linear classifiers on top" (§3.1). This code keeps D's
-embeddings and encoder, puts one linear layer on the [CLS] vector and trains everything with
-Table 7's Small column: lr 3e-4, layer-wise decay 0.8, Adam (β 0.9, 0.999, ε 1e-6), weight
-decay 0, 10 % warm-up then linear decay, batch 32, dropout 0.1, 3 epochs (10 for RTE and
-STS-B); and, as §3.1 reports, the median of 10 seeds (`--seeds 10`). From the official code,
-not the paper: Adam without bias correction (optim.py) and the layer-decay exponents
-(`layerwise_param_groups`). Not taken from it: its weight decay, 0.01, and its learning rate,
-1e-4 for Small (configure_finetuning.py): Table 7 says 0 and 3e-4.
+discriminator", with "simple linear classifiers on top" (§3.1). This code puts one linear
+layer on D's [CLS] vector, trains everything with Table 7's Small column (`HPARAMS`; 3
+epochs, 10 for RTE and STS-B) and, as §3.1 reports, takes the median of 10 seeds
+(`--seeds 10`). From the official code, not the paper: Adam without bias correction
+(optim.py) and the layer-decay exponents (`layerwise_param_groups`). Not from it: its weight
+decay 0.01 and learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0
+and 3e-4.
 
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir ../shared/data/glue
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
@@ -40,8 +39,7 @@ from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, 
 from optim import make_adam
 from machinery.tokenizer import Tokenizer
 
-# Table 7 (the "Small" column), in one place; the optimizer and the layer-decay rule are the
-# official code's.
+# Table 7's Small column, in one place.
 HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
                weight_decay=0.0, warmup_frac=0.1, batch_size=32, dropout=0.1, max_len=128,
                grad_clip=1.0,          # global-norm clipping at 1.0, as the official optimizer
@@ -63,8 +61,8 @@ class Classifier(nn.Module):
         self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(enc.hidden, n_out)
-        # The official head is a bare tf.layers.dense: TensorFlow's default initialiser,
-        # Glorot uniform (~4x larger weights than N(0, 0.02) here).
+        # The official head is a bare tf.layers.dense: Glorot uniform (encoder.init_weights),
+        # ~4x larger weights than N(0, 0.02).
         self.head.glorot = True
         init_weights(self.head)
 
@@ -118,7 +116,7 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
     parameter at depth d gets $η ⋅ decay^{L + 2 − d}$ for L blocks.
 
     rule "official" (default): the depths of the official code (model/optimization.py,
-    `_get_layer_lrs`), the code released with the paper: the head at $L + 2$, block i at
+    `_get_layer_lrs`): the head at $L + 2$, block i at
     $i + 1$ (so the top block gets $0.8^2 = 0.64$ of η), the embeddings and their projection at
     0 ($0.8^{14} ≈ 0.044$ of η for $L = 12$); no parameter sits at $L + 1$.
     rule "stated": one factor per layer below the head, the rule as usually described: the
@@ -166,7 +164,8 @@ def length_batches(lengths, batch_size, rng, window=50):
 
 
 def collate(inputs, idx, pad_id, device):
-    """Pad the chosen examples to the longest of them: (ids, segment ids, pad mask)."""
+    """Engineering: the chosen examples padded to the longest of them: (ids, segment ids,
+    pad mask)."""
     T = max(len(inputs[i][0]) for i in idx)
     ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
     seg = torch.zeros((len(idx), T), dtype=torch.long)
@@ -210,8 +209,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
-    # STS-B: the official code regresses label / 5, in [0, 1] like the first outputs; the
-    # correlations do not change when the predictions are scaled.
+    # STS-B: the official code regresses label / 5, in [0, 1] like the first outputs; scaled
+    # predictions keep their correlations.
     labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
     for epoch in range(1, epochs + 1):
         model.train()
@@ -345,8 +344,8 @@ def run(args):
     pre = load_pretrained(args.ckpt)
     path = Path(args.out) if args.out else \
         Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
-    # Find out now, not after hours of fine-tuning, and create nothing yet: the nearest
-    # existing folder above the results must be writable.
+    # Fail now, not after hours of fine-tuning, and create nothing: the nearest existing
+    # folder above the results must be writable.
     above = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not (above.is_dir() and os.access(above, os.W_OK)):
         raise GlueError(f"{path.parent}: cannot write the results there")

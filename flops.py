@@ -19,8 +19,8 @@ LAYER_NORM, GELU, SOFTMAX, DROPOUT = 5, 8, 5, 4      # FLOPs per element, as the
 
 
 def embedding_flops(vocab, emb, hidden, seq):
-    """e(x) for one token: dense token lookup, position + segment lookups (also dense), their
-    sum, LayerNorm, dropout, then the projection to this network's hidden size."""
+    """e(x) for one token, every lookup dense (Appendix E), then the projection to this
+    network's hidden size."""
     f = 2 * emb * vocab + 2 * emb * (seq + 2) + 2 * emb + LAYER_NORM * emb + DROPOUT * emb
     if emb != hidden:
         f += 2 * emb * hidden + hidden
@@ -29,8 +29,7 @@ def embedding_flops(vocab, emb, hidden, seq):
 
 def block_flops(hidden, heads, ffn, seq):
     """One post-LN Transformer block's FLOPs per token (it attends over `seq` positions), by
-    Appendix E's rules: a vector of m times an $m × n$ matrix is $2 m n$, a bias n, an
-    elementwise op its constant per element. Counted: q, k, v with biases; the scores; softmax,
+    Appendix E's rules (above; a bias costs n). Counted: q, k, v with biases; the scores; softmax,
     dropout and the $1 / √d$ scale per head; the weighted sum of v; the output projection with
     bias; the FFN's two matmuls with biases and GELU; dropout, residual and LayerNorm after
     attention and after the FFN."""

@@ -34,7 +34,7 @@ class Generator(nn.Module):
 
     def forward(self, x_masked, masked_positions, pad_mask=None, segment_ids=None):
         """Logits of p_G at the masked positions only, (B, K, vocab): `objectives.Masked`'s K
-        slots. Training calls `loss_and_sample` instead by default: the same numbers, faster."""
+        slots."""
         return self.head(self.masked_hidden(x_masked, masked_positions, pad_mask, segment_ids),
                          self.embeddings.token.weight)
 

@@ -3,8 +3,7 @@
 The paper reports Matthews correlation for CoLA, Spearman correlation for STS and accuracy
 for the others, without WNLI (§3.1, Appendix B). This code adds MNLI's mismatched accuracy,
 F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are GLUE's standard
-layout (GLUE_DIR/CoLA/train.tsv ...), split on tabs with *no* quote handling: an RTE row
-starts with a quote, which a CSV reader would take for a quoted field.
+layout (GLUE_DIR/CoLA/train.tsv ...).
 """
 import os
 import shutil
@@ -20,7 +19,7 @@ import numpy as np
 
 
 class GlueError(Exception):
-    """Bad GLUE input the user can fix; the command line prints it as one line and exits 1."""
+    """Bad GLUE input the user can fix: the command line prints one line and exits 1."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,9 @@ TASKS = {   # in the order of the paper's tables
 # ----------------------------------------------------------------------------- reading
 
 def read_tsv(path, n_columns, header=None, label_col=-1):
-    """Rows of a GLUE .tsv as (1-based line number, list of fields): split on tabs, no
-    quoting; 'utf-8-sig' drops the byte-order mark of MRPC's header. `header`, the expected
+    """Rows of a GLUE .tsv as (1-based line number, list of fields): split on tabs with *no*
+    quote handling (an RTE row starts with a quote, which a CSV reader would take for a quoted
+    field); 'utf-8-sig' drops MRPC's byte-order mark. `header`, the expected
     name of the label column (None: no header, like CoLA), catches a file of another task."""
     path = Path(path)
     try:
@@ -141,8 +141,8 @@ def read_task(glue_dir, name):
 
 
 def both_orders(examples):
-    """MRPC and STS-B are symmetric: the official code also trains on every pair swapped,
-    which doubles the training set (its `double_unordered` option)."""
+    """MRPC and STS-B are symmetric: the official code also trains on every pair swapped
+    (its `double_unordered` option)."""
     return examples + [Example(e.b, e.a, e.label) for e in examples]
 
 
@@ -177,8 +177,9 @@ def encode_example(tokenizer, a, b=None, max_len=128):
 
 
 def encode_examples(tokenizer, examples, max_len=128):
-    """Many examples at once (tiktoken encodes MNLI's 786k texts in parallel): a list of
-    (token ids, segment ids) and a float array of labels."""
+    """Many examples at once: a list of (token ids, segment ids) and a float array of labels.
+
+    Engineering: tiktoken encodes MNLI's 786k texts in parallel."""
     a = tokenizer.encode_batch([e.a for e in examples])
     pairs = examples[0].b is not None
     b = tokenizer.encode_batch([e.b for e in examples]) if pairs else [None] * len(examples)

@@ -1,7 +1,7 @@
-"""The algorithm of the paper, §2 and Figure 2, in the paper's order: read this file first.
+"""The paper's algorithm (§2, Figure 2), in its order: read this file first.
 
-ELECTRA trains two networks, a generator G (generator.py) and a discriminator D
-(discriminator.py). The paper says (§2): mask, corrupt, then learn both losses at once,
+The paper says (§2): mask, corrupt, then train a generator G (generator.py) and a
+discriminator D (discriminator.py) on both losses at once,
 
 $$ m_i ∼ unif{1, n} for i = 1, …, k
    x^masked = REPLACE(x, m, [MASK])
@@ -33,9 +33,8 @@ from generator import Generator
 # ============================================================================ 1. mask
 
 class Masked(NamedTuple):
-    """The output of line 1: $x^masked$, the positions m, their original tokens and weights.
-
-    Each sequence has K mask slots, 19 for 128 tokens; the first k are used (weight 1).
+    """Line 1's output: $x^masked$, the positions m, their original tokens and weights. Each
+    sequence has K mask slots, 19 for 128 tokens; the first k are used (weight 1).
 
     Engineering: K is fixed so that every tensor has one shape. The price is a contract: an
     unused slot may hold any position (a used slot's again included), with x there as target,
@@ -65,19 +64,19 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     """Line 1: choose the positions m among the real tokens of each sequence and build
     $x^masked = REPLACE(x, m, [MASK])$.
 
-    The paper says (§2) "select a random set of positions", written $m_i ∼ unif{1, n}$ for
-    $i = 1, …, k$ - independent draws, which may repeat - and (footnote 3) "typically"
-    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws
-    with replacement, $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens:
-    17.7 distinct positions). This code's rule, the contract: n counts the real tokens, never
-    `special_ids`; $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most
-    n and n_slots; a uniformly random k-subset in the first k slots; x_masked differs from x
-    at used positions only; targets is x at every slot's position.
+    The paper says (§2) "select a random set of positions", $m_i ∼ unif{1, n}$ for
+    $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
+    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
+    $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
+    positions). This code's contract: n counts the real tokens, never `special_ids`;
+    $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most n and n_slots;
+    a uniformly random k-subset in the first k slots; x_masked differs from x at used
+    positions only; targets is x at every slot's position.
 
-    Of the chosen positions a share `replace_prob` shows [MASK], a share `random_prob` a random
-    id below n_random, the rest keep their token. The paper's §2 shows [MASK] at every chosen
-    position; the official code 85 / 0 / 15 %, for ELECTRA and its BERT alike; this code the
-    official split for ELECTRA and §3.5's 80 / 10 / 10 % for BERT."""
+    A chosen position shows [MASK] (share `replace_prob`), a random id below n_random
+    (`random_prob`) or its own token. The paper's §2 shows [MASK] everywhere; the official
+    code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for ELECTRA
+    and §3.5's 80 / 10 / 10 % for BERT."""
     # BEGIN ASSIGNMENT mask
     # Why keep 15 % as they are (the official code's choice; this project's reading): G must
     # also predict some tokens it can see, which keeps its predictions sensible where no
@@ -111,10 +110,12 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
 def sample(logits, generator: torch.Generator = None):
     """$x̂_i ∼ p_G(x_i | x^masked)$: one token per slot from softmax(logits), temperature 1.
 
-    No gradient goes back through it (§2), so the logits are detached. Contract: logits
+    No gradient goes back through it (§2): the logits are detached. Contract: logits
     (..., V) -> int64 ids (...), one exact sample per row, safe for logits up to ±1000,
-    reproducible from `generator`, in float32. By default training draws the same sample in
-    machinery/mlm_output.py, in one pass with L_MLM (faster); `--plain_mlm` trains with this."""
+    reproducible from `generator`, in float32.
+
+    Engineering: training draws it by default in machinery/mlm_output.py, with L_MLM
+    (`--plain_mlm`: this)."""
     # BEGIN ASSIGNMENT sample
     # This code inverts the CDF: the first token whose CDF exceeds a uniform u. Token i comes
     # out exactly when $CDF(i-1) <= u < CDF(i)$, with probability $p_i$. The official code
@@ -152,8 +153,7 @@ def corrupt(x, masked: Masked, x_hat):
 def mlm_loss(logits, targets, weights):
     """L_MLM: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
     sum; the official code averages), in float32. logits (B, K, V) at the masked positions,
-    targets (B, K), weights (B, K). By default training computes it in machinery/mlm_output.py,
-    in one pass with the sample."""
+    targets (B, K), weights (B, K)."""
     # BEGIN ASSIGNMENT mlm_loss
     nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
     return (nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)
@@ -164,7 +164,7 @@ def disc_loss(logits, is_replaced, mask=None):
     """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
     tokens in `mask` (all but padding, as the official code), in float32. D's logit scores
     "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one
-    cross-entropy. Over *all* tokens, where the paper finds most of ELECTRA's gain (§3.5)."""
+    cross-entropy."""
     # BEGIN ASSIGNMENT disc_loss
     bce = F.binary_cross_entropy_with_logits(logits.float(), is_replaced.float(), reduction="none")
     if mask is None:
@@ -191,7 +191,7 @@ def shared_embeddings(cfg):
 class Pretraining(nn.Module):
     """What the trainer asks of every pre-training model; the defaults are ELECTRA's."""
 
-    # How line 1 shows the chosen positions (mask_tokens): 85 % [MASK], 15 % kept.
+    # Line 1's split (mask_tokens): 85 % [MASK], 15 % kept.
     masking = dict(replace_prob=0.85, random_prob=0.0)
     stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
 
@@ -206,8 +206,7 @@ class Pretraining(nn.Module):
 
 class ELECTRA(Pretraining):
     """G and D trained jointly on $L_MLM + λ L_Disc$, sharing one `Embeddings` module (§3.2).
-    forward() is lines 2 and 3 (the trainer runs line 1); the ablations override one of its
-    halves, generate() or discriminate()."""
+    forward() is lines 2 and 3 (the trainer runs line 1)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -225,8 +224,8 @@ class ELECTRA(Pretraining):
         return Discriminator(cfg.disc, embeddings)
 
     def forward(self, x, masked: Masked, pad_mask=None, segment_ids=None):
-        """Lines 2 and 3 on a batch: $L_MLM + λ L_Disc$ and statistics for the log. pad_mask
-        (True on real tokens) and segment_ids travel together as `inp`."""
+        """Lines 2 and 3 on a batch: $L_MLM + λ L_Disc$ and statistics for the log; pad_mask is
+        True on real tokens."""
         inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
         # BEGIN ASSIGNMENT joint_loss
         # G reads x_masked: L_MLM, and its samples x̂.
@@ -250,9 +249,9 @@ class ELECTRA(Pretraining):
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
 
     def generate(self, masked: Masked, pad_mask=None, segment_ids=None):
-        """L_MLM, the samples x̂ and G's accuracy: the generator's half of the step. Training
-        runs the fused branch by default (config `fused_mlm`); the plain lines below are its
-        definition, with `sample` and `mlm_loss` above."""
+        """G's half of the step: L_MLM, the samples x̂ and G's accuracy. Training runs the
+        fused branch by default (config `fused_mlm`); the plain lines below, with `sample` and
+        `mlm_loss`, define it."""
         if self.fused_mlm:
             # Engineering: the same numbers from one pass over p_G instead of five
             # (machinery/mlm_output.py): a laptop step 1.05x faster on 2 CPU cores.
@@ -271,10 +270,9 @@ class ELECTRA(Pretraining):
         real = real_tokens(x, pad_mask)
         loss = disc_loss(logits, is_replaced, scored)
         with torch.no_grad():                               # statistics for the progress line
-            # Accuracy alone hides "the plateau" (this project's name for a phase it observed,
-            # not the paper's; train.py): for the first thousand or more steps D answers "real"
-            # everywhere, which already scores 85-93 %. Recall (replaced tokens D catches) and
-            # precision (flagged tokens that were replaced) show when D starts to learn.
+            # Accuracy hides "the plateau" (this project's name, not the paper's; train.py):
+            # answering "real" everywhere already scores 85-93 %. Recall (replaced tokens D
+            # catches) and precision (flagged tokens that were replaced) show when D learns.
             flagged = (logits > 0) & real
             caught = (flagged & is_replaced).float().sum()
             stats = dict(disc_correct=((((logits > 0) == is_replaced) & real).float().sum(),

@@ -2,30 +2,26 @@
 
 The paper says "Adam" (β 0.9, 0.999, ε 1e-6; weight decay 0.01, 0 for fine-tuning: Table 6,
 Table 7), nothing about bias correction. The official code (model/optimization.py,
-AdamWeightDecayOptimizer, from BERT) has none: the code released with the paper. For a weight
-θ with gradient g, learning rate η and weight decay w:
+AdamWeightDecayOptimizer, from BERT), released with the paper, has none. For a weight θ with
+gradient g, learning rate η, weight decay w and moments m and v starting at 0:
 
 $$ m ← β_1 m + (1 − β_1) g
    v ← β_2 v + (1 − β_2) g^2
    θ ← θ − η (m / (√v + ε) + w θ) $$
 
-with the first and second moments m and v starting at 0.
-
-torch.optim.AdamW divides m by $1 − β_1^t$ and v by $1 − β_2^t$ (bias correction). Without
-it the step is larger than AdamW's by $(1 − β_1^t) / √{1 − β_2^t}$: 6.5x at step 10, 1.4x at
-step 700 (tests/test_optim.py); the paper's learning rates were tuned with it. This code uses
-it by default (`--optimizer torch`: AdamW). The weight decay is decoupled, added to the
-update, and skipped for biases and LayerNorm, as the official code.
+torch.optim.AdamW divides m by $1 − β_1^t$ and v by $1 − β_2^t$ (bias correction), so the
+step above is larger by $(1 − β_1^t) / √{1 − β_2^t}$: 6.5x at step 10, 1.4x at step 700
+(tests/test_optim.py). The paper's learning rates were tuned with the official rule, this
+code's default (`--optimizer torch`: AdamW).
 """
 import torch
 
 
 class AdamWeightDecay(torch.optim.Optimizer):
-    """Adam without bias correction, with decoupled weight decay, as the official code.
-
-    Parameter groups work as in torch.optim (a per-group "lr" and "weight_decay"), so layer-wise
-    learning rates (finetune_glue.py) and "no decay for biases" are just groups; the state has
-    torch's names (exp_avg, exp_avg_sq, step).
+    """The rule above as a torch.optim optimizer. Parameter groups work as in torch.optim (a
+    per-group "lr" and "weight_decay"), so layer-wise learning rates (finetune_glue.py) and "no
+    decay for biases" are just groups; the state has torch's names (exp_avg, exp_avg_sq,
+    step).
 
     Engineering: a group's "lr" may be a 0-dim tensor changed in place between steps, which a
     compiled step (machinery/step.py) reads as an input instead of baking it into its graph."""
@@ -38,8 +34,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
-        # The moments start at zero and exist from the start, as TF's slot variables (and the
-        # first step runs the same code as every later one, which a compiled step needs).
+        # The moments exist from the start, at zero, as TF's slot variables: the first step
+        # runs the same code as every later one, which a compiled step needs.
         for p in self.param_groups[-1]["params"]:
             self._init_state(p)
 
@@ -59,8 +55,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter with a gradient, in place, by the rule above: m and
-        v (zero at the start) updated in place, no division by $1 − β^t$."""
+        """One in-place update of every parameter with a gradient by the rule above, m and v
+        (zero at the start) included; no division by $1 − β^t$."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -71,7 +67,6 @@ class AdamWeightDecay(torch.optim.Optimizer):
                 continue
             (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
             grads = [p.grad for p in params]
-            # One operation per list of tensors, not one per parameter.
             torch._foreach_add_([self.state[p]["step"] for p in params], 1)   # for inspection
             m = [self.state[p]["exp_avg"] for p in params]
             v = [self.state[p]["exp_avg_sq"] for p in params]

@@ -1,4 +1,4 @@
-"""The pre-training loop (paper Appendix A, Table 6), to be read top to bottom.
+"""The pre-training loop (paper Appendix A, Table 6), read top to bottom.
 
 One function, `train`, in the order things happen: data, model, optimizer, then the loop: a
 batch with its masks (line 1), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint. BERT,
@@ -6,9 +6,9 @@ ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
 What to watch: L_MLM falls from the start, but D first answers "real" everywhere: L_Disc
 sits at $H(r)$, the entropy of the share r of replaced tokens, and D catches almost none.
-This project calls that phase "the plateau" (its name for what it observed, not the paper's;
-docs/plateau.md). One line says when D leaves it: recall of 10 % or more and L_Disc under
-$0.9 H(r)$ (machinery/progress.py).
+This project calls that phase "the plateau" (its name, not the paper's; docs/plateau.md).
+One line says when D leaves it: recall of 10 % or more and L_Disc under $0.9 H(r)$
+(machinery/progress.py).
 """
 import json
 import math
@@ -38,9 +38,9 @@ class TrainingDiverged(Exception):
 
 
 def make_optimizer(model, cfg, device):
-    """Adam with decoupled weight decay (Table 6: β 0.9, 0.999, ε 1e-6, weight decay 0.01;
-    biases and LayerNorm not decayed, as the official code). cfg.optimizer "official" is the
-    official code's rule, without bias correction (optim.py); "torch" is torch.optim.AdamW."""
+    """Adam with decoupled weight decay (Table 6), none for biases and LayerNorm, as the
+    official code; cfg.optimizer "official" (no bias correction: optim.py) or "torch"
+    (torch.optim.AdamW)."""
     return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
                      cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
 
@@ -73,8 +73,9 @@ def masked_batch(data, cfg, masking):
 
 
 def update(model, opt, batch, grad_clip, autocast):
-    """Both losses, backward, clipping and Adam on a batch already on the device (the part
-    that machinery/step.py compiles into one graph with --compile)."""
+    """Both losses, backward, clipping and Adam on a batch already on the device.
+
+    Engineering: machinery/step.py compiles this into one graph with --compile."""
     with autocast():
         loss, stats = model(**batch)
     loss.backward()
@@ -82,7 +83,7 @@ def update(model, opt, batch, grad_clip, autocast):
     # not mention it. With $λ = 50$, D's gradients decide when it engages.
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
-    # the losses in the statistics are for the log: detached, they keep no graph alive
+    # detached: the logged losses keep no graph alive
     return {k: v.detach() if torch.is_tensor(v) else v for k, v in stats.items()}
 
 
@@ -119,7 +120,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # graphs on purpose). The model is compiled inside DDP, so Dynamo does not trace DDP.
     step = None
     compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
-    # DistributedDataParallel where torchrun started several processes, else the model.
+    # Engineering: DistributedDataParallel where torchrun started several processes, else the
+    # model.
     model = dist.wrap(torch.compile(raw_model) if compile_model else raw_model,
                       find_unused=raw_model.stage is not None)
     if args.compile and not compile_model:
@@ -188,7 +190,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
-    # A budget that goes through a small corpus many times learns it by heart: one line says so.
+    # A budget that repeats a small corpus too often learns it by heart: one line says so.
     repeats = repetition_warning(args.max_steps or args.flops / flops_per_step, data) \
         if not args.hours else None
     if repeats:
@@ -212,8 +214,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 threads.after_step()
             st["step"] += 1
             st["flops"] += flops_per_step
-            # The data position moves once the step is done: a checkpoint resumes with the next
-            # batch, never skipping or repeating one.
+            # The data position moves once the step is done, so a resume never skips or repeats
+            # a batch.
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
@@ -266,8 +268,9 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 if progress() >= f and f not in st["saved_fractions"]:
                     st["saved_fractions"].append(f)
                     save(f"ckpt_{f:g}.pt")
-            # A periodic checkpoint bounds what a crash can lose (rank 0's clock decides for
-            # every process).
+            # A periodic checkpoint bounds what a crash can lose.
+            #
+            # Engineering: rank 0's clock decides for every process.
             due = time.time() - last_ckpt > args.ckpt_every_min * 60
             if (args.save_every and st["step"] % args.save_every == 0) or \
                     dist.broadcast_float(float(due)):
@@ -352,7 +355,7 @@ def start_profile(n, out, device):
 
 
 def check_finite(bad_step, out):
-    """Raise if any step so far had a NaN or infinite loss (read from the device only here)."""
+    """Raise if any step so far had a NaN or infinite loss."""
     if bad_step is not None and int(bad_step) > 0:
         raise TrainingDiverged(
             f"the loss became NaN or infinite at step {int(bad_step)}; stopped without saving, "
@@ -373,9 +376,9 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, 
         left = (args.flops - st["flops"]) / flops_per_step * dt / steps
     else:
         left = (args.max_steps - st["step"]) * dt / steps
-    # The plateau's loss: "everything is real" with the right bias scores the entropy of the
-    # share r of replaced tokens, $H(r) = −r ln r − (1 − r) ln(1 − r)$; below it, D knows more
-    # than how many tokens are replaced. (None where D is an MLM: Replace MLM, All-Tokens MLM.)
+    # The plateau's loss $H(r) = −r ln r − (1 − r) ln(1 − r)$: what "everything is real" with
+    # the right bias scores; below it, D knows more than how many tokens are replaced. (None
+    # where D is an MLM: Replace MLM, All-Tokens MLM.)
     share = prior = None
     if "replaced_correct" in s and "disc_correct" in s and s["disc_correct"][1] > 0:
         share = (s["replaced_correct"][1] / s["disc_correct"][1]).item()

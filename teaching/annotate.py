@@ -827,9 +827,9 @@ IDEA = """ELECTRA (Clark, Luong, Le and Manning, ICLR 2020) trains a text encode
 different question. BERT hides 15 % of the words and learns from guessing those alone.
 ELECTRA lets a small masked language model, the generator G, fill the hidden places with
 plausible words, and trains the discriminator D to say for *every* word whether it is the
-original or a replacement. D is the model we keep: it learns from all the words of every
-sentence, and at equal compute it fine-tunes to better GLUE scores than BERT (Table 1; §3.5
-traces the gain to the loss over all tokens). One step (§2):
+original or a replacement. D, the model we keep, learns from every word, and at equal compute
+fine-tunes to better GLUE scores than BERT (Table 1; §3.5 traces the gain to the loss over
+all tokens). One step (§2):
 
 $$ m = k "random positions of" x
    x^masked = REPLACE(x, m, [MASK])
@@ -837,8 +837,8 @@ $$ m = k "random positions of" x
    x^corrupt = REPLACE(x, m, x̂)
    min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
 
-The pages read that step as this project's code, notes beside it. Each note says whose word
-it gives: *the paper says* (linked to its page), *the official code does* (google-research/electra,
+The pages show that step as this project's code, with notes that say whose word they give:
+*the paper says* (linked to its page), *the official code does* (google-research/electra,
 linked to its file), or *this code does*; engineering for speed or scale waits in closed
 asides."""
 

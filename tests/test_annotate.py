@@ -388,7 +388,7 @@ def test_engineering_waits_in_closed_asides(built):
     train = (out / "train.html").read_text(encoding="utf-8")
     assert train.count('<details class="aside">') >= 8
     assert "torch.compile" not in " ".join(NoteText(train[:train.index("<main>")]).text)
-    assert seen < 6500, f"{seen} words of notes outside the asides: the pages should stay lean"
+    assert seen < 6000, f"{seen} words of notes outside the asides: the pages should stay lean"
 
 
 @needs_markdown
