@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measuring ELECTRA-Small on a GPU, one stage per command (docs/gpu.md has the plan).
 #
-#   bash benchmarks/gpu_measure.sh all MIN  [RES]   # everything below in MIN minutes, in one command;
+#   bash benchmarks/gpu_measure.sh all [MIN=9] [RES]  # everything below in MIN minutes, in one command;
 #                                        #   again: BERT-Small at the same FLOPs, then a longer run
 #   bash benchmarks/gpu_measure.sh carry [N]        # N corpus shards + GLUE from DATA_FROM into .carry/,
 #                                        #   to travel with the code (default: as many as fit in 64 MiB)
@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu_measure.sh bench    [RES]   # benchmarks/bench.py (4 contenders), --profile, torchrun + NCCL
 #   bash benchmarks/gpu_measure.sh start    [RES]   # pre-train the Table 6 model in the background
 #   bash benchmarks/gpu_measure.sh status   [RES]   # its last progress lines, its GPU memory, log.jsonl
-#   bash benchmarks/gpu_measure.sh wait SEC [RES]   # sleep until the run ends or SEC pass, then status
+#   bash benchmarks/gpu_measure.sh wait [SEC=500] [RES] # sleep until the run ends or SEC pass, then status
 #   bash benchmarks/gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
 #
 # Every stage fits one 10-minute command on an H100 and writes its few result files into RES
@@ -20,7 +20,8 @@
 # is missing (the prepared corpus, a checkpoint to fine-tune). Every sub-run (each bench
 # contender, the profile, torchrun, each fine-tuning task) has its own time limit; its outcome
 # (ok, FAILED, TIMED OUT) is a line of RES/summary.txt and never stops the others. A stage that
-# cannot start exits non-zero with one "error:" line.
+# cannot start (bad arguments, no CUDA GPU for a stage that needs one, a missing input) exits
+# non-zero with one "error:" line before it prepares, runs or writes anything.
 #
 # Settings, as environment variables (defaults in brackets):
 #   DEVICE [cuda]   SIZE [small]   PY [python3]   WORK [out_gpu]   WORKERS [all cores]
@@ -88,7 +89,6 @@ else
 fi
 
 die() { echo "error: $*" >&2; exit 1; }
-[ "$STAGE" = carry ] || mkdir -p "$RES" "$WORK" || die "cannot create $RES or $WORK"
 
 # One `python` line per step of a stage, echoed, its output shown and kept in RES/LOG.
 run() { local log=$1; shift; echo "+ $*" | tee -a "$RES/$log"; "$@" 2>&1 | tee -a "$RES/$log"; }
@@ -171,13 +171,24 @@ stage_check() {
   local backend=inductor size=small
   [ "$DEVICE" = cpu ] && backend=aot_eager
   [ "$SIZE" = tiny ] && size=tiny
-  if limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py --device "$DEVICE" \
-       --size "$size" --backend "$backend"; then
+  # WORK/compile_ok records a verdict only: yes (PASSED), or no where the self-check ran on the
+  # device and failed (its FAILED line) or ran past its limit. A self-check that could not run
+  # (bad flags, no GPU, a crash before its verdict) writes nothing: the next `all` checks again.
+  local rc lines=$(wc -l < "$RES/check.txt")
+  limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py --device "$DEVICE" \
+    --size "$size" --backend "$backend"; rc=$?
+  if [ "$rc" = 0 ]; then
     echo yes > "$WORK/compile_ok"
-  else
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ] \
+       || tail -n +"$((lines + 1))" "$RES/check.txt" | grep -q "^selfcheck: FAILED"; then
     echo no > "$WORK/compile_ok"
     echo "check: the compiled step FAILED its self-check: pre-training runs eagerly (COMPILE=1 forces it)" \
       | tee -a "$RES/check.txt"
+  else
+    COMPILE=0                          # for the rest of this command only
+    echo "check: the self-check could not run (exit $rc, no verdict; see $RES/check.txt):" \
+         "nothing recorded, this command pre-trains eagerly" | tee -a "$RES/check.txt"
+    return 1
   fi
   return 0
 }
@@ -252,8 +263,8 @@ stage_bench() {
 }
 
 stage_start() {
-  ensure_corpus
   running && die "a run is already going (pid $(cat "$PID")): see the status stage"
+  ensure_corpus
   local flags=(--data "$WORK/data/corpus" --model "$MODEL" --size "$SIZE" --device "$DEVICE"
                --out_dir "$RUN"
                --log_every "$LOG_EVERY" --ckpt_every_min 3)
@@ -295,7 +306,7 @@ stage_status() {
 }
 
 stage_wait() {
-  local end=$((SECONDS + WAIT_S))
+  local end=$((SECONDS + 10#$WAIT_S))
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
   stage_status
 }
@@ -404,18 +415,40 @@ check_glue() {
   die "no GLUE data for ${missing[*]} in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each; get them with 'python finetune_glue.py --download DIR' where there is internet, see docs/finetuning.md), or TASKS=the tasks you have"
 }
 
-# Before `all` starts its first stage: everything it will need later is there, so a problem is
-# one line at once and never after minutes of pre-training.
-preflight() {
-  awk "BEGIN { exit !(\"$ALL_MIN\" + 0 > 0) }" || die "all $ALL_MIN: give the minutes as a positive number, e.g. all 9"
-  $PY -c "import torch, numpy, tiktoken" 2>/dev/null \
+# Before a stage starts: its arguments, the python, the GPU (DEVICE=cuda) and every input it
+# will need later are there, so a problem is one line at once - before anything is prepared,
+# run or written, and never after minutes of pre-training.
+TORCH_CUDA=""                           # (need_python: 1 if torch sees a CUDA GPU, 0 if not, then its version)
+need_python() {
+  TORCH_CUDA=$($PY -c "import torch, numpy, tiktoken; print(int(torch.cuda.is_available()), torch.__version__)" 2>/dev/null | tail -n 1) \
     || die "$PY cannot import torch, numpy and tiktoken: install the requirements (README), or set PY=the python that has them"
-  if [ "$DEVICE" = cuda ]; then
-    $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())" \
-      || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch $($PY -c 'import torch; print(torch.__version__)')): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run"
-  fi
-  [ -f "$WORK/data/corpus/meta.json" ] || need_shards
-  check_glue
+}
+need_device() {
+  case $DEVICE in
+    cpu) ;;
+    cuda) [ "${TORCH_CUDA%% *}" = 1 ] \
+      || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch ${TORCH_CUDA#* }): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run" ;;
+    *) die "DEVICE=$DEVICE: use cuda (the default) or cpu" ;;
+  esac
+}
+prepared() { [ -f "$WORK/data/corpus/meta.json" ]; }
+preflight() {
+  case $1 in
+    all) [[ $ALL_MIN =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] \
+           && awk "BEGIN { exit !($ALL_MIN > 0) }" \
+           || die "all $ALL_MIN: give the minutes as a positive number, e.g. all 9 (the default), all 30" ;;
+    wait) [[ $WAIT_S =~ ^[0-9]+$ ]] && [ "$((10#$WAIT_S))" -gt 0 ] \
+           || die "wait $WAIT_S: give the seconds as a positive whole number, e.g. wait 500 (the default)" ;;
+  esac
+  case $1 in all|check|prepare|bench|start|finetune) need_python ;; esac
+  case $1 in all|check|bench|start|finetune) need_device ;; esac
+  case $1 in
+    all) prepared || need_shards; check_glue ;;
+    prepare) need_shards ;;
+    bench|start) prepared || need_shards ;;
+    # a finetune with no checkpoint and no run going pre-trains first
+    finetune) check_glue; running || [ -f "$RUN/ckpt.pt" ] || prepared || need_shards ;;
+  esac
 }
 
 stage_all() {
@@ -424,11 +457,10 @@ stage_all() {
   # on the same machine is not done again, and the run is the next one not done yet: ELECTRA,
   # then BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long).
   local deadline rate left steps job flops
-  preflight
   deadline=$((SECONDS + $(awk "BEGIN { print int(${ALL_MIN} * 60) }")))
   echo "all: $ALL_MIN minutes, until $(date -u -d "+$((deadline - SECONDS)) seconds" +%H:%M:%S) UTC" \
     | tee -a "$RES/summary.txt"
-  [ -f "$WORK/compile_ok" ] || stage_check
+  [ -f "$WORK/compile_ok" ] || stage_check || true    # (no verdict: eager this time, checked again next time)
   ensure_corpus
   if [ ! -f "$WORK/glue/glue_done" ]; then job=electra
   elif [ ! -f "$WORK/glue_bert/glue_done" ]; then job=bert
@@ -468,7 +500,10 @@ stage_all() {
 
 case $STAGE in
   carry) stage_carry "${2:-}" ;;
-  all|check|prepare|bench|start|status|wait|finetune) "stage_$STAGE" ;;
-  *) echo "usage: bash benchmarks/gpu_measure.sh all MINUTES [RES] | carry [N]" \
-          "| check|prepare|bench|start|status|finetune [RES] | wait SECONDS [RES]" >&2; exit 2 ;;
+  all|check|prepare|bench|start|status|wait|finetune)
+    preflight "$STAGE"
+    mkdir -p "$RES" "$WORK" || die "cannot create $RES or $WORK"
+    "stage_$STAGE" ;;
+  *) echo "usage: bash benchmarks/gpu_measure.sh all [MINUTES=9] [RES] | carry [N]" \
+          "| check|prepare|bench|start|status|finetune [RES] | wait [SECONDS=500] [RES]" >&2; exit 2 ;;
 esac

@@ -2,7 +2,9 @@
 the script parses, refuses an unknown stage, and at the smoke scale on a CPU (DEVICE=cpu
 SIZE=tiny) bench, finetune and all each succeed on their own in an empty WORK (as on a lent
 machine that lost the previous command's files), a sub-run that fails or runs out of time is a
-line of summary.txt that stops nothing, and a missing transformers is one line."""
+line of summary.txt that stops nothing, and a missing transformers is one line. Every stage
+refuses bad arguments, a GPU torch cannot see (CUDA_VISIBLE_DEVICES="" hides one) and a
+missing input in one line before it writes anything, and `check` records only a verdict."""
 import json
 import os
 import re
@@ -14,6 +16,7 @@ import pytest
 from conftest import HANG, ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_measure.sh"
+GLUE = ROOT.parent / "shared" / "data" / "glue"
 
 
 def stage(*args, **env):
@@ -27,6 +30,74 @@ def test_the_script_parses_and_refuses_an_unknown_stage(tmp_path):
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     r = stage("bogus", tmp_path / "res", WORK=str(tmp_path / "work"))
     assert r.returncode == 2 and r.stderr.startswith("usage:")
+    assert "all [MINUTES=9]" in r.stderr and "wait [SECONDS=500]" in r.stderr   # the defaults
+
+
+def one_error_line(r, *words):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:"), r.stdout + r.stderr
+    assert "Traceback" not in r.stdout and all(w in lines[0] for w in words), (words, lines[0])
+
+
+def test_bad_minutes_and_seconds_are_one_line(tmp_path):
+    """wait takes whole seconds, all minutes (0.5 is fine): anything else is one line with an
+    example, not bash's 'unbound variable' or arithmetic error."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    for args, words in [(("wait", "abc"), ["wait abc", "whole number", "wait 500"]),
+                        (("wait", "1.5"), ["wait 1.5", "whole number"]),
+                        (("wait", "0"), ["wait 0"]),
+                        (("all", "9x"), ["all 9x", "positive number", "all 9"]),
+                        (("all", "-1"), ["all -1"])]:
+        one_error_line(stage(*args, res, WORK=str(work)), *words)
+        assert not work.exists() and not res.exists()
+
+
+def test_every_gpu_stage_refuses_at_once_when_torch_sees_no_gpu(corpus_file, tmp_path):
+    """With DEVICE=cuda and no GPU visible, check, bench, start, finetune and all each say so in
+    one line before anything is prepared, checked or written (check used to run its self-check
+    and record compile_ok=no, so that a later all, on a fixed torch, pre-trained eagerly)."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    for args in [("check",), ("bench",), ("start",), ("finetune",), ("all", 9)]:
+        r = stage(*args, res, WORK=str(work), CORPUS=str(corpus_file.parent), DEVICE="cuda",
+                  CUDA_VISIBLE_DEVICES="", GLUE=str(GLUE))
+        one_error_line(r, "DEVICE=cuda", "no CUDA GPU")
+        assert not work.exists() and not res.exists(), args
+    # a DEVICE that is neither: one line too
+    one_error_line(stage("bench", res, WORK=str(work), DEVICE="gpu"), "DEVICE=gpu")
+    # the inputs a stage needs, checked before it starts: prepare's text, finetune's GLUE, and
+    # (with no checkpoint to fine-tune) the text finetune would pre-train on first
+    (tmp_path / "empty").mkdir()
+    empty = str(tmp_path / "empty")
+    one_error_line(stage("prepare", res, WORK=str(work), CORPUS=empty), "CORPUS=")
+    one_error_line(stage("finetune", res, WORK=str(work), GLUE=empty, TASKS="rte"), "GLUE=", "rte")
+    if GLUE.is_dir():
+        r = stage("finetune", res, WORK=str(work), GLUE=str(GLUE), TASKS="rte", CORPUS=empty)
+        one_error_line(r, "CORPUS=")
+    assert not work.exists() and not res.exists()
+
+
+def test_check_records_compile_ok_only_from_a_verdict(tmp_path):
+    """WORK/compile_ok is yes when the self-check passes, no when it ran and printed FAILED;
+    a self-check that never reached a verdict (no GPU, a crash) records nothing - the next all
+    checks again - and check says so and exits non-zero. (A fake python answers for
+    selfcheck.py; the versions are the real python's.)"""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\nif [ "$1" = benchmarks/selfcheck.py ]; then\n'
+                    '  printf "%s\\n" "$FAKE_OUT"; exit "$FAKE_RC"\nfi\n'
+                    f'exec "{sys.executable}" "$@"\n')
+    fake.chmod(0o755)
+    cases = [(0, "selfcheck: PASSED at tiny", "yes"),
+             (1, "step 1: ...\nselfcheck: FAILED at tiny: losses differ", "no"),
+             (2, "error: --device cuda: no CUDA GPU is visible to PyTorch (see --help)", None),
+             (1, "Traceback (most recent call last):\nRuntimeError: CUDA out of memory", None)]
+    for i, (rc, out, verdict) in enumerate(cases):
+        work, res = tmp_path / f"work{i}", tmp_path / f"res{i}"
+        r = stage("check", res, WORK=str(work), PY=str(fake), FAKE_RC=str(rc), FAKE_OUT=out)
+        ok = (work / "compile_ok").read_text().strip() if (work / "compile_ok").exists() else None
+        assert ok == verdict, (out, ok, r.stdout)
+        assert r.returncode == (0 if verdict else 1), r.stdout + r.stderr
+        if not verdict:
+            assert "could not run" in r.stdout and "FAILED its self-check" not in r.stdout
 
 
 def test_prepare_then_status_on_a_cpu(corpus_file, tmp_path):
@@ -49,8 +120,6 @@ def test_prepare_then_status_on_a_cpu(corpus_file, tmp_path):
     assert "CORPUS=" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-GLUE = ROOT.parent / "shared" / "data" / "glue"
-
 def test_all_checks_every_input_before_its_first_stage(corpus_file, tmp_path):
     """all refuses at once, in one line naming the variable, what a later stage would have
     failed on after minutes: no GLUE tasks, no corpus, a GPU torch cannot see, bad minutes.
@@ -61,10 +130,8 @@ def test_all_checks_every_input_before_its_first_stage(corpus_file, tmp_path):
         (dict(GLUE=str(tmp_path / "empty"), TASKS="rte,cola"), 9, ["GLUE=", "rte cola", "--download"]),
         (dict(GLUE=str(tmp_path / "empty"), CORPUS=str(tmp_path / "empty")), 9, ["CORPUS="]),
         (dict(GLUE=str(tmp_path / "empty")), "soon", ["positive number"]),
+        (dict(DEVICE="cuda", CUDA_VISIBLE_DEVICES=""), 9, ["DEVICE=cuda", "no CUDA GPU"]),
     ]
-    import torch
-    if not torch.cuda.is_available():
-        cases.append((dict(DEVICE="cuda"), 9, ["DEVICE=cuda", "no CUDA GPU"]))
     for env, minutes, words in cases:
         env = dict(dict(WORK=str(work), CORPUS=str(corpus_file.parent)), **env)
         r = stage("all", minutes, res, **env)
