@@ -6,6 +6,7 @@
     autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code
+    mathml.py           the notes' math notation, typeset as MathML for those pages
     one_step.py         one real step on one sentence as a table (a picture for those pages)
 
     python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt \

@@ -7,7 +7,7 @@ becomes one page, built from the source itself so that the notes cannot drift fr
     a comment above a block of code       -> the note on the left, the block on the right
     a function's or class's docstring     -> the note on the left of its `def` / `class`
     a `# ===== 1. mask` banner            -> a heading across both columns
-    `$...$` and `$$...$$` in a note       -> typeset math (MathML), from a small notation below
+    `$...$` and `$$...$$` in a note       -> typeset math (MathML; the notation: teaching/mathml.py)
     a paragraph opening "Engineering:"    -> an aside, closed until the reader opens it
     a name, a file, a section             -> a link to its definition, page, or the paper
 
@@ -45,6 +45,7 @@ if not __package__:   # run as a path (python teaching/annotate.py): import from
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
+from teaching.mathml import MATH_DISPLAY, MATH_INLINE, PLACE, MathError, mathml
 
 ROOT = Path(__file__).resolve().parents[1]                 # the project root
 
@@ -249,161 +250,6 @@ def parse(source):
     return (inspect.cleandoc(module[2]) if module else ""), sections
 
 
-# ----------------------------------------------------------------------------- math
-
-# The notes write math in a small notation that reads well in an editor and is typeset on the
-# page as MathML (drawn by the browser itself: no script, no network):
-#
-#     $L_MLM(x, θ_G) + λ L_Disc(x, θ_D)$     inline;  $$ ... $$ a display of its own
-#     x_i  x^masked  x^corrupt_t  x_{t+1}     sub- and superscripts: one term, or a {group}
-#     sum_{i ∈ m}  min_{θ_G, θ_D}  argmax     limits under the operator (∑ works too)
-#     log exp sigmoid softmax round E H ...   functions, set upright
-#     != <= >= <- -> ~ * ...                  ≠ ≤ ≥ ← → ∼ ⋅ …
-#     "text"   for if and otherwise           words inside an equation
-#     a display over several lines            one row per line, its columns split at &
-#
-# Greek letters and symbols (θ λ ε β η ∈ ≠ ← √ ⌈ ⌉ ·) are written as themselves; braces that
-# do not follow _, ^ or √ are shown as braces (unif{1, n}). No backslashes: docstrings would
-# read them as escapes.
-
-MATH_TOKEN = re.compile(r"""
-    (?P<space>\s+)
-  | (?P<text>"[^"]*")
-  | (?P<num>\d+(?:\.\d+)?)
-  | (?P<word>[^\W\d_](?:[^\W_]|[\u0300-\u036f])*)
-  | (?P<under>_)
-  | (?P<op><-|->|!=|<=|>=|\.\.\.|[^\s\w])
-""", re.X)
-MATH_BIG = {"sum": "∑", "∑": "∑", "prod": "∏", "min": "min", "max": "max", "argmax": "argmax",
-            "argmin": "argmin"}
-MATH_FUNC = {"log", "ln", "exp", "sigmoid", "softmax", "round", "unif", "REPLACE", "E", "H", "GELU",
-             "LN", "Attn", "FFN", "onehot", "mean", "dense", "clip", "sign"}
-MATH_WORDS = {"for", "if", "and", "otherwise", "with", "else", "where"}
-MATH_OPS = {"<-": "←", "->": "→", "!=": "≠", "<=": "≤", ">=": "≥", "-": "−", "*": "⋅",
-            "~": "∼", "...": "…"}
-# Brackets keep their size (as in LaTeX without \left): MathML would stretch every one of a
-# row to the row's tallest term, a display ∑ with its limits.
-MATH_FENCES = set("()[]{}|⌈⌉⌊⌋")
-
-
-def mathml(src, display=False):
-    """The notation above -> one <math> element; AnnotateError on what it cannot read."""
-    def fail(why):
-        raise AnnotateError(f"math `{src.strip()}`: {why}")
-
-    if "\\" in src:
-        fail("no backslashes in the notation: write symbols as themselves (λ, not \\lambda)")
-
-    def tokens(text):
-        out, pos = [], 0
-        while pos < len(text):
-            m = MATH_TOKEN.match(text, pos)
-            if not m:
-                fail(f"cannot read {text[pos:]!r}")
-            pos = m.end()
-            if m.lastgroup != "space":
-                out.append((m.lastgroup, m.group()))
-        return out
-
-    def cell(toks):
-        pos = 0
-
-        def peek():
-            return toks[pos] if pos < len(toks) else (None, None)
-
-        def atom(group=False):
-            """One term; a {group} only where `group` (after _, ^ or √), else a brace."""
-            nonlocal pos
-            kind, s = peek()
-            if kind is None:
-                fail("ends where a term was expected")
-            pos += 1
-            if s == "{" and group:
-                inner = row("}")
-                pos += 1
-                return f"<mrow>{inner}</mrow>", "group"
-            if s == "√":
-                return f"<msqrt>{atom(True)[0]}</msqrt>", "group"
-            if kind == "num":
-                return f"<mn>{s}</mn>", "num"
-            if kind == "text":
-                words = html.escape(s[1:-1].strip()).replace(" ", "\u00a0")   # one line:
-                return f"<mtext>\u00a0{words}\u00a0</mtext>", "text"   # Chromium drops a 2nd
-            if kind == "under" or s in ("^", "'"):
-                fail(f"a {s} with nothing before it")
-            if s in MATH_BIG:
-                big = ' largeop="true"' if s in ("sum", "∑", "prod") else ""
-                return f'<mo{big} movablelimits="true">{MATH_BIG[s]}</mo>', "big"
-            if kind == "word" and s in MATH_WORDS:
-                return f"<mtext>\u00a0{s}\u00a0</mtext>", "text"
-            if kind == "word":
-                upright = ' mathvariant="normal"' if len(s) == 1 and s in MATH_FUNC else ""
-                return f"<mi{upright}>{html.escape(s)}</mi>", "func" if s in MATH_FUNC else "id"
-            fixed = ' stretchy="false"' if s in MATH_FENCES else ""
-            return f"<mo{fixed}>{html.escape(MATH_OPS.get(s, s))}</mo>", \
-                "open" if s in "([{⌈⌊" else "op"
-
-        def scripted():
-            """A term with its sub- and superscripts: x_i, x^corrupt_t, sum_{i ∈ m}, x'."""
-            nonlocal pos
-            base, kind = atom()
-            sub = sup = None
-            primed = False
-            while True:
-                k, s = peek()
-                if k == "under" and sub is None:
-                    pos += 1
-                    sub = atom(True)[0]
-                elif s == "^" and sup is None:
-                    pos += 1
-                    sup = atom(True)[0]
-                elif s == "'" and not primed:       # x′: the prime is raised already, beside x
-                    pos += 1
-                    primed = True
-                    base = f'<mrow>{base}<mo lspace="0" rspace="0">′</mo></mrow>'
-                else:
-                    break
-            names = ("munder", "mover", "munderover") if kind == "big" else \
-                ("msub", "msup", "msubsup")
-            if sub is not None or sup is not None:
-                tag = names[(sub is not None) + 2 * (sup is not None) - 1]
-                base = f"<{tag}>{base}{sub or ''}{sup or ''}</{tag}>"
-            return base, kind
-
-        def row(until=None):
-            out, last = [], None
-            while peek()[0] is not None and not (until and peek()[1] == until):
-                item, kind = scripted()
-                if item == "<mo>−</mo>" and last in (None, "op", "open", "text", "big"):
-                    item = '<mo form="prefix">−</mo>'           # −log p, a sign: no gap after it
-                last = kind
-                if kind == "func" and out and (out[-1].endswith(("</mi>", "</mn>", ")</mo>",
-                                                                   "</msub>", "</msup>"))):
-                    out.append('<mspace width="0.17em"/>')     # x) log D, not x)logD
-                out.append(item)
-                if kind == "func" and peek()[1] not in ("(", "[", None):
-                    out.append('<mspace width="0.17em"/>')     # log p, not logp
-            if until and peek()[0] is None:
-                fail("a { without its }")
-            return "".join(out)
-
-        return row()
-
-    rows = [[cell(tokens(c)) for c in line.split("&")] for line in src.strip().split("\n")]
-    if len(rows) == 1 and len(rows[0]) == 1:
-        body = rows[0][0]
-    else:
-        body = '<mtable displaystyle="true">' + "".join(
-            "<mtr>" + "".join(f'<mtd displaystyle="true">{c}</mtd>' for c in r) + "</mtr>" for r in rows) + "</mtable>"
-    block = ' display="block"' if display else ""
-    return f"<math{block}><mrow>{body}</mrow></math>"
-
-
-MATH_DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.S)
-MATH_INLINE = re.compile(r"(?<![\w$\\])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
-PLACE = re.compile(r"⟦(\d+)⟧")                  # where a typeset equation goes back in
-
-
 # ----------------------------------------------------------------------------- links
 
 PAPER = "https://arxiv.org/abs/2003.10555"
@@ -561,7 +407,10 @@ def notes_markdown(text, maths):
     `__init__`) is set as code, or Markdown would read its underscores as emphasis; `x_masked`
     is safe as it is."""
     def put(src, display):
-        maths.append(mathml(src, display))
+        try:
+            maths.append(mathml(src, display))
+        except MathError as e:
+            raise AnnotateError(str(e)) from None
         return f"⟦{len(maths) - 1}⟧"
     text = MATH_DISPLAY.sub(lambda m: "\n\n" + put(inspect.cleandoc(m.group(1)), True) + "\n\n",
                             text)

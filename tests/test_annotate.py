@@ -31,7 +31,7 @@ import pytest
 from conftest import HANG, ROOT, run_cli, save_tiny
 
 sys.path.insert(0, str(ROOT))
-from teaching import annotate  # noqa: E402
+from teaching import annotate, mathml  # noqa: E402
 from teaching.annotate import FIGURES, READING_PATH  # noqa: E402
 
 try:
@@ -90,7 +90,7 @@ def test_parse_splits_notes_from_code():
 
 
 def test_the_math_notation_becomes_mathml():
-    m = annotate.mathml
+    m = mathml.mathml
     assert m("L_MLM") == "<math><mrow><msub><mi>L</mi><mi>MLM</mi></msub></mrow></math>"
     key = m("min_{θ_G, θ_D} sum_{x ∈ X} L_MLM(x, θ_G) + λ L_Disc(x, θ_D)", display=True)
     assert key.startswith('<math display="block">') and key.count("<munder>") == 2
@@ -112,7 +112,7 @@ def test_the_math_notation_becomes_mathml():
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
     for bad in ["x_", "x_{t", "^2", "a \\ b"]:
-        with pytest.raises(annotate.AnnotateError, match="math `"):
+        with pytest.raises(mathml.MathError, match="math `"):
             m(bad)
 
 
