@@ -104,10 +104,12 @@ FIGURES = {
         "repeats: one block of D, 8k vocabulary, the demo corpus; 2-core AMD EPYC, "
         "AVX512-BF16, bf16, beside other jobs, 2026-11-26; the default, which picks its "
         "threads while it runs, left the plateau at step 1,100 there). For a thousand "
-        "steps D answers almost everything \"real\": L_Disc sits a little under the plateau's "
-        "loss H(r) and D catches under 10 % of the replaced tokens (0.5 % at step 200, 6.2 % at "
-        "1,000). At step 1,300 it leaves the plateau by the trainer's rule (recall 13.5 %, "
-        "L_Disc 0.293 below 0.9 H(r) = 0.325), and recall climbs to 41.8 % at 75.9 % precision "
+        "steps D answers almost everything \"real\": it catches under 10 % of the replaced "
+        "tokens (0.5 % at step 200, 6.2 % at 1,000; the flat red line below), while L_Disc "
+        "already falls under the plateau's loss H(r), and under 0.9 H(r) by about step 800 "
+        "(above): D ranks replaced tokens higher before it is sure enough to call them "
+        "replaced. At step 1,300 recall passes 10 % and D leaves the plateau by the trainer's "
+        "rule (recall 13.5 %, L_Disc 0.293 below 0.9 H(r) = 0.325), and recall climbs to 41.8 % at 75.9 % precision "
         "by step 3,000. Drawn by `python plot_results.py --plateau out/log.jsonl`; the run in "
         "docs/annotated.md, the why in docs/plateau.md.", "L_Disc and D's recall against steps")],
     "flops.py": [Figure(
