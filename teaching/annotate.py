@@ -150,6 +150,7 @@ class Section:
     notes: list = field(default_factory=list)      # Markdown chunks
     code: list = field(default_factory=list)       # source lines
     first_line: int = 0                            # source line number of the first code line
+    last_line: int = 0                             # and of the last (docstrings skipped between)
     heading: str = ""                              # a banner: a heading across both columns
 
 
@@ -176,15 +177,21 @@ def docstring_spans(tree, lines):
 
 def comment_lines(source):
     """{line number: comment text} of the lines that hold only a comment, outside brackets
-    (a comment inside an open bracket belongs to its expression and stays in the code)."""
-    out, depth = {}, 0
+    (a comment inside an open bracket belongs to its expression and stays in the code), and
+    not lined up under the comment at the end of the line above (it continues that comment,
+    which stays in the code)."""
+    out, depth, trailing = {}, 0, None      # trailing: (row, column) of an end-of-line comment
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.OP and tok.string in "([{":
             depth += 1
         elif tok.type == tokenize.OP and tok.string in ")]}":
             depth -= 1
-        elif tok.type == tokenize.COMMENT and depth == 0 and not tok.line[:tok.start[1]].strip():
-            out[tok.start[0]] = tok.string
+        elif tok.type == tokenize.COMMENT:
+            (row, col), alone = tok.start, not tok.line[:tok.start[1]].strip()
+            if not alone or trailing == (row - 1, col):
+                trailing = (row, col)           # `x = 1   # a comment` and its next lines
+            elif depth == 0:
+                out[row] = tok.string
     return out
 
 
@@ -242,6 +249,7 @@ def parse(source):
             if not cur.code:
                 cur.first_line = i
             cur.code.append(line)
+            cur.last_line = i
             i += 1
     for s in sections:                              # no blank lines at a block's end
         while s.code and not s.code[-1].strip():
@@ -654,7 +662,7 @@ def render_page(k, file, root, out, libs, defs):
             body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
             continue
         # the definitions that start in this block: anchors for the notes that name them
-        here = tuple(names[i] for i in range(s.first_line, s.first_line + len(s.code))
+        here = tuple(names[i] for i in range(s.first_line, s.last_line + 1)
                      if i in names) if s.code else ()
         notes = notes_html(markdown, "\n".join(s.notes), Links(defs, stem, here)) \
             if s.notes else ""
