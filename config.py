@@ -18,10 +18,11 @@ class Config:
     model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
     generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
-                                    # | "gumbel" (a reviewer's: ablations.GumbelELECTRA)
-    # --generator gumbel only: w, the adversarial weight in G's gradient, 0 until gumbel_start
-    # of the budget, then linearly up to gumbel_weight (ablations.gumbel_weight); gumbel_tau:
-    # the Gumbel-softmax temperature of the backward
+                                    # | "gumbel" (a peer review's: ablations.GumbelELECTRA)
+    # `--generator gumbel` only (not the paper's: a generator suggested in one of the paper's
+    # peer reviews, docs/reviewers-questions.md): w, the adversarial weight in G's gradient, 0
+    # until gumbel_start of the budget, then linearly up to gumbel_weight
+    # (ablations.gumbel_weight); gumbel_tau: the Gumbel-softmax temperature of the backward.
     gumbel_tau: float = 1.0
     gumbel_start: float = 0.5
     gumbel_weight: float = 0.5
@@ -72,7 +73,9 @@ class Config:
 
 
 # This project's other shapes, same code paths, none of them the paper's. "mini": half the
-# width, a third of the depth, batch 32 (about 30x less compute per step). "tiny": for tests.
+# width, a third of the depth, batch 32: per step about 8x less compute by the paper's count
+# (Appendix E, flops.py), about 29x less without its dense embedding lookups (both with the
+# 30,522-token vocabulary). "tiny": for tests.
 SIZES = {"small": {},
          # "laptop": this project's recipe for watching D learn on 2 CPU cores
          # (docs/plateau.md), each choice measured (docs/results.md). D one block of 128 (4

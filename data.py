@@ -47,7 +47,8 @@ FORMAT = 2      # meta.json "format": 2 = token stream + sentence lengths (two-s
 
 
 class DataError(Exception):
-    """Bad input the user can fix: the command line prints one line and exits 1."""
+    """Engineering: bad input the user can fix: the command line prints one line and exits
+    1."""
 
 
 def load_meta(data_dir):
@@ -68,7 +69,8 @@ def load_tokenizer(data_dir):
 # ----------------------------------------------------------------------------- reading corpora
 
 def find_corpus_files(paths):
-    """Expand folders; check every file exists, is a supported kind, and is non-empty text."""
+    """Engineering: expand folders; check every file exists, is a supported kind, and is
+    non-empty text."""
     files = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -88,7 +90,8 @@ def find_corpus_files(paths):
 
 
 def _open_text(path, raw=None):
-    """A text file, decompressed; read from `raw` (the file opened in binary) when given."""
+    """Engineering: a text file, decompressed; read from `raw` (the file opened in binary)
+    when given."""
     name, source = str(path), path if raw is None else raw
     if name.endswith(".xz"):
         return lzma.open(source, "rt", encoding="utf-8")
@@ -197,8 +200,10 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
             max_tokens=None, fraction=None, source="", log=print, live=False):
     """Tokenize `documents` (an iterable of str, read once) into out_dir: a BPE trained on
     the first `bpe_mb` MB (merges barely change with more), every `val_every`-th document to
-    val.bin, stopping after `max_tokens`. Written into a temporary folder renamed into place:
-    an interrupted preparation leaves nothing half-written."""
+    val.bin, stopping after `max_tokens`.
+
+    Engineering: written into a temporary folder renamed into place: an interrupted
+    preparation leaves nothing half-written."""
     out_dir = Path(out_dir)
     check_out_dir(out_dir)              # before any work: an earlier preparation is replaced
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -276,7 +281,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
                     train_tokens=counts["train"], val_tokens=counts["val"], documents=n_docs,
                     sentences=n_sents, source=source)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        # An earlier preparation of the same name goes only once the new one is in place.
+        # Engineering: an earlier preparation of the same name goes only once the new one is
+        # in place.
         old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
         if out_dir.exists():
             os.replace(out_dir, old)
@@ -290,8 +296,8 @@ def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, work
 
 
 def check_out_dir(out_dir):
-    """prepare() replaces out_dir: it must be an earlier preparation, an empty folder or
-    nothing, so no --name can cost the user a file."""
+    """Engineering: prepare() replaces out_dir: it must be an earlier preparation, an empty
+    folder or nothing, so no --name can cost the user a file."""
     if out_dir.name in ("", ".", "..") or out_dir.resolve() == Path(__file__).resolve().parent:
         raise DataError(f"{out_dir}: not a folder for prepared data: give a --name such as wiki00")
     if out_dir.exists() and not out_dir.is_dir():
@@ -302,8 +308,9 @@ def check_out_dir(out_dir):
 
 
 def _remove_abandoned(out_dir):
-    """Remove the temporary folders of earlier preparations of out_dir whose process is gone
-    (killed, a power cut), on POSIX (on Windows os.kill would end a live one)."""
+    """Engineering: remove the temporary folders of earlier preparations of out_dir whose
+    process is gone (killed, a power cut), on POSIX (on Windows os.kill would end a live
+    one)."""
     if os.name != "posix" or not out_dir.parent.is_dir():
         return
     for folder in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
@@ -319,8 +326,8 @@ def _remove_abandoned(out_dir):
 
 
 def _hold_out_tail(folder, val_every):
-    """Move the last sentences of train (about 1/val_every of its tokens, at least 4096 or
-    half) into val, for corpora with fewer documents than `val_every`."""
+    """Engineering: move the last sentences of train (about 1/val_every of its tokens, at
+    least 4096 or half) into val, for corpora with fewer documents than `val_every`."""
     tokens = np.fromfile(folder / "train.bin", dtype=np.uint16)
     lens = np.fromfile(folder / "train.sent.bin", dtype=np.uint32)
     want = max(len(tokens) // val_every, min(len(tokens) // 2, 4096))
@@ -342,7 +349,7 @@ def _chain(first, rest):
 
 
 def demo_dir(vocab_size=30522):
-    """The demo corpus's folder: data/demo (the paper's 30,522 tokens), data/demo-8192 (8,192)."""
+    """The demo corpus's folder: data/demo (BERT's 30,522 tokens), data/demo-8192 (8,192)."""
     return DATA_ROOT / (DEMO_NAME if vocab_size == 30522 else f"{DEMO_NAME}-{vocab_size}")
 
 
@@ -359,11 +366,14 @@ def prepare_demo(vocab_size=30522, log=print):
 
 
 def end_live_line():
-    """A terminal's live progress line (rewritten in place) ends before an error is printed."""
+    """Engineering: a terminal's live progress line (rewritten in place) ends before an error
+    is printed."""
     if sys.stdout.isatty():
         print(flush=True)
 
 
+# Engineering: the command line. Bad input (DataError, DatasetError) is one `error:` line and
+# exit code 1; Ctrl-C leaves nothing written.
 def main(argv=None):
     p = cli.Parser(description="Prepare a pre-training corpus (tokenizer + memmaps).")
     src = p.add_mutually_exclusive_group(required=True)

@@ -241,7 +241,7 @@ def _main(args, dist):
         raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
                         "--out_dir (nothing was overwritten)")
     # No --data: the built-in demo corpus, with the vocabulary the recipe is sized for
-    # (config.DEMO_VOCAB: 8,192 for the laptop recipes, else the paper's 30,522).
+    # (config.DEMO_VOCAB: 8,192 for the laptop recipes, else BERT's 30,522).
     demo_vocab = DEMO_VOCAB.get(args.size or "small", 30522)
     if not args.data and dist.main:      # rank 0 builds the demo corpus, the others wait
         prepare_demo(demo_vocab, log=say)

@@ -110,7 +110,7 @@ class Block(nn.Module):
 
 
 def attention_mask(pad_mask):
-    """(B, T) bool "is a real token" -> the (B, 1, 1, T) mask scaled_dot_product_attention
+    """(B, T) bool "is not padding" -> the (B, 1, 1, T) mask scaled_dot_product_attention
     expects (True: may attend); None without padding."""
     return None if pad_mask is None else pad_mask[:, None, None, :]
 

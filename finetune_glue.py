@@ -3,8 +3,8 @@
 The paper says (Figure 2's caption) "we throw out the generator and only fine-tune the
 discriminator", with "simple linear classifiers on top" (§3.1). This code puts one linear
 layer on D's [CLS] vector, trains everything with Table 7's Small column (`HPARAMS`; 3
-epochs, 10 for RTE and STS-B) and, as §3.1 reports, takes the median of 10 seeds
-(`--seeds 10`). From the official code, not the paper: Adam without bias correction
+epochs, 10 for RTE and STS-B) and, with `--seeds 10` (default 1), takes the median of 10
+seeds, as §3.1 reports. From the official code, not the paper: Adam without bias correction
 (optim.py) and the layer-decay exponents (`layerwise_param_groups`). Not from it: its weight
 decay 0.01 and learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0
 and 3e-4.
@@ -209,8 +209,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
-    # STS-B: the official code regresses label / 5, in [0, 1] like the first outputs; scaled
-    # predictions keep their correlations.
+    # STS-B: the official code regresses label / 5, a score in [0, 1]
+    # (classification_tasks.py); scaling the predictions leaves their correlations unchanged.
     labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
     for epoch in range(1, epochs + 1):
         model.train()

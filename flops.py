@@ -1,4 +1,4 @@
-"""Counting FLOPs the way the paper does (Appendix E), and MFU.
+"""Counting FLOPs the way the paper does (Appendix E), and MFU (model FLOPs utilisation).
 
 The paper compares methods by pre-training compute, not steps (Figure 1, Table 1), as
 ELECTRA's step also runs G. Its rules (Appendix E), followed here with the per-element costs

@@ -16,8 +16,10 @@ $$ L_MLM(x, θ_G) = E[ sum_{i ∈ m} −log p_G(x_i | x^masked) ]
    "    " − 1(x^corrupt_t ≠ x_t) log(1 − D(x^corrupt, t)) ] $$
 
 with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flows through the
-sample x̂. Below, in that order: `mask_tokens`, `sample`, `corrupt`, `mlm_loss`, `disc_loss`,
-`ELECTRA`, which adds the losses, and `BERT` (§3.3), the baseline: line 1 and L_MLM only.
+sample x̂. Below, in that order, under three headings: 1. mask (the first display's first two
+rows: `mask_tokens`), 2. sample and corrupt (its last two: `sample`, `corrupt`), 3. the losses
+(`mlm_loss`, `disc_loss`, and `ELECTRA`, which adds them); then `BERT` (§3.3), the baseline:
+the mask step and L_MLM only.
 """
 from typing import NamedTuple
 
@@ -33,7 +35,7 @@ from generator import Generator
 # ============================================================================ 1. mask
 
 class Masked(NamedTuple):
-    """Line 1's output: $x^masked$, the positions m, their original tokens and weights. Each
+    """The mask step's output: $x^masked$, the positions m, their original tokens and weights. Each
     sequence has K mask slots, 19 for 128 tokens; the first k are used (weight 1).
 
     Engineering: K is fixed so that every tensor has one shape. The price is a contract: an
@@ -61,14 +63,14 @@ def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
 
 def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
                 random_prob=0.0, n_random=None, generator=None) -> Masked:
-    """Line 1: choose the positions m among the real tokens of each sequence and build
-    $x^masked = REPLACE(x, m, [MASK])$.
+    """Mask: choose the positions m among the content tokens of each sequence (not [CLS],
+    [SEP] or padding) and build $x^masked = REPLACE(x, m, [MASK])$.
 
     The paper says (§2) "select a random set of positions", $m_i ∼ unif{1, n}$ for
     $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
     $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
     $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
-    positions). This code's contract: n counts the real tokens, never `special_ids`;
+    positions). This code's contract: n counts the content tokens, never `special_ids`;
     $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most n and n_slots;
     a uniformly random k-subset in the first k slots; x_masked differs from x at used
     positions only; targets is x at every slot's position.
@@ -78,16 +80,16 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for ELECTRA
     and §3.5's 80 / 10 / 10 % for BERT."""
     # BEGIN ASSIGNMENT mask
-    # Why keep 15 % as they are (the official code's choice; this project's reading): G must
-    # also predict some tokens it can see, which keeps its predictions sensible where no
-    # [MASK] is shown.
+    # 15 % of the chosen tokens are shown as they are because the official code does so
+    # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the
+    # token, so its sample is usually the original, which counts as real (`corrupt`).
     B, T = x.shape
     is_real = torch.ones_like(x, dtype=torch.bool)
     for s in special_ids:
         is_real &= x != s
     n = is_real.sum(1)
     k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
-    # A uniform k-subset: real tokens get uniform scores, special ones -1; topk keeps the K
+    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the K
     # best in order, so the first k are a uniform sample.
     scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
     positions = scores.topk(n_slots, dim=1).indices
@@ -110,18 +112,19 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
 def sample(logits, generator: torch.Generator = None):
     """$x̂_i ∼ p_G(x_i | x^masked)$: one token per slot from softmax(logits), temperature 1.
 
-    No gradient goes back through it (§2): the logits are detached. Contract: logits
-    (..., V) -> int64 ids (...), one exact sample per row, safe for logits up to ±1000,
-    reproducible from `generator`, in float32.
+    No gradient goes back through it (§2): the logits are detached.
 
-    Engineering: training draws it by default in machinery/mlm_output.py, with L_MLM
-    (`--plain_mlm`: this)."""
+    Engineering: the contract: logits (..., V) -> int64 ids (...), one exact sample per row,
+    safe for logits up to ±1000, reproducible from `generator`, in float32. Training draws it
+    by default in machinery/mlm_output.py, with L_MLM (`--plain_mlm`: this)."""
     # BEGIN ASSIGNMENT sample
     # This code inverts the CDF: the first token whose CDF exceeds a uniform u. Token i comes
     # out exactly when $CDF(i-1) <= u < CDF(i)$, with probability $p_i$. The official code
-    # (pretrain_helpers.sample_from_softmax) uses Gumbel-max, as exact, with one random number
-    # per vocabulary entry instead of one per slot (~20 % of a small CPU step). u is scaled by
-    # the CDF's last entry, which float rounding leaves a hair off 1.
+    # (pretrain_helpers.sample_from_softmax) uses Gumbel-max, as exact.
+    #
+    # Engineering: Gumbel-max draws one random number per vocabulary entry (~20 % of a small
+    # CPU step), this code one per slot. u is scaled by the CDF's last entry, which float
+    # rounding leaves a hair off 1.
     cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum_(dim=-1)
     u = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, generator=generator)
     x_hat = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)
@@ -138,9 +141,10 @@ def corrupt(x, masked: Masked, x_hat):
     compare x_corrupt with x."""
     # BEGIN ASSIGNMENT corrupt
     # Why not ask "was this position in m": G is often right, and
-    # labelling those tokens "replaced" would teach D to flag perfectly good text. Unused
-    # slots write into a spare column T, then dropped (a position written twice would depend
-    # on the order of the writes).
+    # labelling those tokens "replaced" would teach D to flag perfectly good text.
+    #
+    # Engineering: unused slots write into a spare column T, then dropped (a position written
+    # twice would depend on the order of the writes).
     T = x.shape[1]
     where = torch.where(masked.weights > 0, masked.positions, T)
     x_corrupt = F.pad(x, (0, 1)).scatter(1, where, x_hat)[:, :T]
@@ -180,7 +184,7 @@ def masked_accuracy(logits, targets, weights):
 
 
 def real_tokens(x, pad_mask=None):
-    """(B, T) bool, True on every token that is not padding."""
+    """(B, T) bool, True on the non-padding tokens ([CLS] and [SEP] included)."""
     return torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
 
 
@@ -191,7 +195,7 @@ def shared_embeddings(cfg):
 class Pretraining(nn.Module):
     """What the trainer asks of every pre-training model; the defaults are ELECTRA's."""
 
-    # Line 1's split (mask_tokens): 85 % [MASK], 15 % kept.
+    # The mask step's split (mask_tokens): 85 % [MASK], 15 % kept.
     masking = dict(replace_prob=0.85, random_prob=0.0)
     stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
 
@@ -206,7 +210,7 @@ class Pretraining(nn.Module):
 
 class ELECTRA(Pretraining):
     """G and D trained jointly on $L_MLM + λ L_Disc$, sharing one `Embeddings` module (§3.2).
-    forward() is lines 2 and 3 (the trainer runs line 1)."""
+    forward() samples, corrupts and adds the losses; the trainer masks (`train.masked_batch`)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -224,8 +228,8 @@ class ELECTRA(Pretraining):
         return Discriminator(cfg.disc, embeddings)
 
     def forward(self, x, masked: Masked, pad_mask=None, segment_ids=None):
-        """Lines 2 and 3 on a batch: $L_MLM + λ L_Disc$ and statistics for the log; pad_mask is
-        True on real tokens."""
+        """Sample, corrupt and the losses on a batch: $L_MLM + λ L_Disc$ and statistics for the
+        log; pad_mask is True on the non-padding tokens."""
         inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
         # BEGIN ASSIGNMENT joint_loss
         # G reads x_masked: L_MLM, and its samples x̂.
@@ -234,16 +238,16 @@ class ELECTRA(Pretraining):
         # the sample (§2); only the shared embeddings get both losses.
         with torch.no_grad():
             x_corrupt, is_replaced = corrupt(x, masked, x_hat)
-        # D labels every real token of x_corrupt, not only the 15 % in m (§3.5).
+        # D labels every non-padding token of x_corrupt, not only the 15 % in m (§3.5).
         scored = real_tokens(x, pad_mask)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
                                                   **inp)
         # $λ = 50$: the paper picked it among 1, 10, 20, 50 and 100 (Appendix A), L_Disc being
-        # "typically much lower" than L_MLM (footnote 8). Under Adam it is not a ratio of step
-        # sizes: a constant factor cancels in $m / (√v + ε)$, but for ε, for the weights only
-        # one loss reaches (D's own, G's own). What λ changes is the mix of the two gradients
-        # in the shared embeddings, and how often the clip at norm 1 (train.py) scales every
-        # gradient down, G's included.
+        # "typically much lower" than L_MLM (footnote 8). For weights only one loss reaches (D's
+        # own, G's own), Adam's update is unchanged (up to ε) when that loss is scaled, so
+        # $λ = 50$ does not make D learn 50 times faster; what λ changes is the mix of the two
+        # gradients in the shared embeddings, and how often the clip at norm 1 (train.py)
+        # scales every gradient down, G's included.
         loss = loss_mlm + self.disc_weight * loss_disc
         # END ASSIGNMENT joint_loss
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
@@ -265,7 +269,7 @@ class ELECTRA(Pretraining):
     def discriminate(self, x, x_corrupt, is_replaced, masked: Masked, scored, pad_mask=None,
                      segment_ids=None):
         """D's half of the step: L_Disc over the tokens in `scored` (B, T), statistics over
-        every real token, and D's logits."""
+        every non-padding token, and D's logits."""
         logits = self.discriminator(x_corrupt, pad_mask, segment_ids)
         real = real_tokens(x, pad_mask)
         loss = disc_loss(logits, is_replaced, scored)
@@ -283,9 +287,9 @@ class ELECTRA(Pretraining):
 
 
 class BERT(Pretraining):
-    """BERT-Small (§3.3): D's shape and "the same hyperparameters", trained on line 1 and
-    L_MLM alone (the generator class at D's size; 80 / 10 / 10 % masking). Fine-tuning keeps
-    `mlm.embeddings` and `mlm.encoder`."""
+    """BERT-Small (§3.3): D's shape and "the same hyperparameters", trained on the mask step
+    and L_MLM alone (the generator class at D's size; 80 / 10 / 10 % masking). Fine-tuning
+    keeps `mlm.embeddings` and `mlm.encoder`."""
 
     masking = dict(replace_prob=0.8, random_prob=0.1)
 

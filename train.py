@@ -1,8 +1,8 @@
 """The pre-training loop (paper Appendix A, Table 6), read top to bottom.
 
 One function, `train`, in the order things happen: data, model, optimizer, then the loop: a
-batch with its masks (line 1), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint. BERT,
-ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
+batch with its masks (the mask step), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint.
+BERT, ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
 What to watch: L_MLM falls from the start, but D first answers "real" almost everywhere: it
 catches few replaced tokens, and L_Disc starts at $H(r)$, the entropy of the share r of
@@ -61,8 +61,8 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
 
 
 def masked_batch(data, cfg, masking):
-    """Line 1 of §2: the next batch of `data` with its masks, by the model's `masking` rule,
-    and the data position after it.
+    """The mask step (§2, `objectives.mask_tokens`): the next batch of `data` with its masks,
+    by the model's `masking` rule, and the data position after it.
 
     Engineering: on a GPU a background thread (`batches.Prefetcher`) runs this while the GPU
     computes the previous step; benchmarks/bench.py makes its batches with it too."""

@@ -166,7 +166,7 @@ def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_p
 
 
 def step_trace(model, x, masked, k=3, generator=None):
-    """Line 2 of the step and D's verdict, given line 1 (`masked`: m and x_masked) for x."""
+    """Sample and corrupt, and D's verdict, given the mask step (`masked`: m and x_masked) for x."""
     logits = model.generator(masked.x_masked, masked.positions)     # (1, K, V): p_G only at m
     x_hat = sample(logits, generator=generator)                      # x̂_i ~ p_G
     return finish_trace(model, x, masked, logits, x_hat, k)

@@ -108,7 +108,7 @@ class Inspector:
 
     def step(self, text, x, picks, seed, k):
         """One step on x. picks: token indices into x chosen by hand, each shown as [MASK]
-        (figure2_trace, as `inspect_discriminator.py figure2 --mask`); None: line 1 drawn as
+        (figure2_trace, as `inspect_discriminator.py figure2 --mask`); None: m drawn as
         training draws it (mask_tokens, one generator seeded with `seed` for the mask and the
         sample, as teaching/one_step.py). Returns one dict per position of x."""
         with self.lock, torch.inference_mode():
@@ -394,7 +394,7 @@ def step_html(cols, mode, seed):
     rep = [c for c in cols if c["is_replaced"]]
     caught = sum(c["p"] > 0.5 for c in rep)
     false = sum(c["p"] > 0.5 for c in cols if not c["is_replaced"])
-    how = (f"Line 1 as training draws it (objectives.mask_tokens, seed {seed}): "
+    how = (f"m as training draws it (objectives.mask_tokens, seed {seed}): "
            f"{len(m)} of the {len(cols) - 2} tokens, about 15 %; 85 % of them are shown to G as "
            "[MASK], the others keep their token and G predicts them too."
            if mode == "draw" else

@@ -7,7 +7,7 @@ Each step needs the generator's distribution over the vocabulary,
     p_G(x | x_masked)_i = softmax(e(x)^T z_i + b)        z_i = G's output transform at slot i,
 
 three times: for L_MLM = mean_i -log p_G(x_i | x_masked), for its gradient, and to draw
-x̂_i ~ p_G (§2, line 2). Written plainly, PyTorch makes a (B·K, V) tensor of logits and then
+x̂_i ~ p_G (§2). Written plainly, PyTorch makes a (B·K, V) tensor of logits and then
 passes over it five more times: log-softmax for the loss, softmax again for the sample, an
 argmax for G's accuracy, and in backward the log-softmax gradient plus a zero-filled one-hot.
 With B·K = 512 slots and V = 8192 (`--size laptop`) that is 4M floats per pass, and on a

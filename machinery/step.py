@@ -31,7 +31,7 @@ What one graph, compiled once, needs - and where it is arranged:
   statistics (counted with the tiny model: 51 outputs for 42 parameters outside, 9 inside;
   tests/test_compiled_step.py checks it). torch.optim.Optimizer.zero_grad itself is skipped
   by Dynamo (its profiler hooks), hence the plain loop.
-Outside the graph: masking (line 1 of §2), which runs on the CPU with each batch's own generator
+Outside the graph: masking (§2's mask step), which runs on the CPU with each batch's own generator
 (batches.py), so a resumed run draws the same masks, compiled or not.
 """
 import torch

@@ -71,23 +71,27 @@ class Figure:
 FIGURES = {
     "index": [Figure(
         "docs/figure2.png",
-        "The paper's Figure 2 drawn from the tensors of the quick start's checkpoint (3,000 "
-        "steps on the demo corpus, the run on the train.py page) on a sentence of the corpus's "
-        "validation text; m is the seeded 15 % draw of a training step (seed 0), not chosen by "
-        "hand. D gives G's two replacements, \"another\" and \"information\", P(replaced) 0.34 "
-        "and 0.45 and every original token 0.12 or less: the two highest on the row, though "
-        "both under the 0.5 at which D would say \"replaced\" (at 0.5 it catches 41.8 % of the "
-        "replaced tokens). The sentence is the first, in file order, of the 105 short prose "
-        "sentences of the validation text in which seed 0's replaced tokens all score above "
-        "every original one (46 do; over all 105, replaced tokens average 0.43, original ones "
-        "0.09). Drawn by `python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt "
-        "\"Return the main content-type and a dictionary of options.\" --mask draw --seed 0` "
-        "(docs/annotated.md).", "Figure 2 with real tensors")],
+        "The paper's Figure 2 drawn from the tensors of the quick start's checkpoint (3,000 steps "
+        "on the demo corpus, the run on the train.py page): the README quick start's one-block, "
+        "128-wide laptop-size D on 16-token sequences with an 8,192-token vocabulary (config.py "
+        "`SIZES[\"laptop\"]`), not ELECTRA-Small. The sentence is from the corpus's validation "
+        "text; m is the seeded 15 % draw of a training step (seed 0), not chosen by hand. D gives "
+        "G's two replacements, \"another\" and \"information\", P(replaced) 0.34 and 0.45 and "
+        "every original token 0.12 or less: the two highest on the row, though both under the 0.5 "
+        "at which D would say \"replaced\" (at 0.5 it catches 41.8 % of the replaced tokens). At "
+        "3,000 steps G is still weak (its top guesses are frequent tokens), and D ranks the "
+        "replaced tokens above the originals without yet pushing them past 0.5. The sentence is "
+        "the first, in file order, of the 105 short prose sentences of the validation text in "
+        "which seed 0's replaced tokens all score above every original one (46 do; over all 105, "
+        "replaced tokens average 0.43, original ones 0.09). Drawn by `python "
+        "analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt \"Return the main "
+        "content-type and a dictionary of options.\" --mask draw --seed 0` (docs/annotated.md).",
+        "Figure 2 with real tensors")],
     "objectives.py": [Figure(
         "docs/one_step.json",
-        "One real step on one short sentence: the tensors of lines 1 and 2 of the algorithm "
-        "and D's verdict, from the quick start's checkpoint (3,000 steps; D left what this "
-        "project calls the plateau - the phase in which it answers \"real\" everywhere - at "
+        "One real step on one short sentence: the tensors of the mask step and of sample and "
+        "corrupt, and D's verdict, from the quick start's checkpoint (3,000 steps; D left what "
+        "this project calls the plateau - the phase in which it answers \"real\" everywhere - at "
         "step 1,300, the run drawn on the train.py page) - the step Figure 2 on the index "
         "draws. m is the seeded draw a training step makes (seed 0: k = round(0.15 x 12) = 2 of "
         "the 12 tokens); G's samples \"another\" and \"information\" replace \"Return\" and "
@@ -114,23 +118,22 @@ FIGURES = {
         "docs/annotated.md, the why in docs/plateau.md.", "L_Disc and D's recall against steps")],
     "flops.py": [Figure(
         "docs/cpu_electra_vs_bert_glue_vs_flops.png",
-        "GLUE against pre-training compute: this project's ELECTRA and BERT-Small, the laptop "
-        "recipe trained for 45 minutes each on one CPU core (2-core AMD EPYC, AVX2, float32, "
-        "2026-11-24; 5 GLUE tasks subsampled, median of 3 seeds: ELECTRA 34.9, BERT-Small "
+        "GLUE against pre-training compute: this project's ELECTRA and BERT, the laptop recipe "
+        "trained for 45 minutes each on one CPU core (2-core AMD EPYC, AVX2, float32, 2026-11-24; "
+        "5 GLUE tasks subsampled, median of 3 seeds: ELECTRA 34.9, this project's laptop-size BERT "
         "41.0), with the paper's Table 1 drawn for scale (all 8 tasks: ELECTRA-Small 79.9 and "
         "BERT-Small 75.1 at 1.4e18 FLOPs, ELECTRA-Small after 6 hours, 6.25 % of its training, "
         "74.1 at 8.9e16). Here BERT leads, the opposite of the paper, at about 1/2,500 of the "
         "paper's compute by the paper's own count (1/3,900 for BERT). ELECTRA's D first sat for "
         "1,000-2,000 of its 13,822 steps on what this project calls the plateau, answering "
         "\"real\" everywhere, the majority class (the paper's own D \"would sometimes fail to "
-        "learn at all beyond the majority class\" in two-stage training when not started from "
-        "G's weights, §3.2), and what it had learned by the end (which neighbour fits; 45 % of "
-        "the replaced tokens caught) helped these tasks less than BERT's masked LM at 37 % "
-        "accuracy: one reading, not tested here; the paper's smallest point used 160 times this "
-        "compute, so the figure does not test its claim. Table 1 prints 1.4e18 for both "
-        "models; the official code's flops_computation.py gives "
-        "1.294e18 for ELECTRA-Small and 1.419e18 for BERT-Small. Drawn by `python "
-        "plot_results.py --results docs/glue_vs_flops/electra.json "
+        "learn at all beyond the majority class\" in two-stage training when not started from G's "
+        "weights, §3.2), and what it had learned by the end (which neighbour fits; 45 % of the "
+        "replaced tokens caught) helped these tasks less than BERT's masked LM at 37 % accuracy: "
+        "one reading, not tested here; the paper's smallest point used 160 times this compute, so "
+        "the figure does not test its claim. Table 1 prints 1.4e18 for both models; the official "
+        "code's flops_computation.py gives 1.294e18 for ELECTRA-Small and 1.419e18 for BERT-Small. "
+        "Drawn by `python plot_results.py --results docs/glue_vs_flops/electra.json "
         "docs/glue_vs_flops/bert.json` (the runs' commands in docs/results.md).",
         "GLUE dev score against pre-training FLOPs")],
 }
@@ -152,6 +155,7 @@ class Section:
     notes: list = field(default_factory=list)      # Markdown chunks
     code: list = field(default_factory=list)       # source lines
     first_line: int = 0                            # source line number of the first code line
+    last_line: int = 0                             # and of the last (docstrings skipped between)
     heading: str = ""                              # a banner: a heading across both columns
 
 
@@ -178,15 +182,21 @@ def docstring_spans(tree, lines):
 
 def comment_lines(source):
     """{line number: comment text} of the lines that hold only a comment, outside brackets
-    (a comment inside an open bracket belongs to its expression and stays in the code)."""
-    out, depth = {}, 0
+    (a comment inside an open bracket belongs to its expression and stays in the code), and
+    not lined up under the comment at the end of the line above (it continues that comment,
+    which stays in the code)."""
+    out, depth, trailing = {}, 0, None      # trailing: (row, column) of an end-of-line comment
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.OP and tok.string in "([{":
             depth += 1
         elif tok.type == tokenize.OP and tok.string in ")]}":
             depth -= 1
-        elif tok.type == tokenize.COMMENT and depth == 0 and not tok.line[:tok.start[1]].strip():
-            out[tok.start[0]] = tok.string
+        elif tok.type == tokenize.COMMENT:
+            (row, col), alone = tok.start, not tok.line[:tok.start[1]].strip()
+            if not alone or trailing == (row - 1, col):
+                trailing = (row, col)           # `x = 1   # a comment` and its next lines
+            elif depth == 0:
+                out[row] = tok.string
     return out
 
 
@@ -244,6 +254,7 @@ def parse(source):
             if not cur.code:
                 cur.first_line = i
             cur.code.append(line)
+            cur.last_line = i
             i += 1
     for s in sections:                              # no blank lines at a block's end
         while s.code and not s.code[-1].strip():
@@ -656,7 +667,7 @@ def render_page(k, file, root, out, libs, defs):
             body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
             continue
         # the definitions that start in this block: anchors for the notes that name them
-        here = tuple(names[i] for i in range(s.first_line, s.first_line + len(s.code))
+        here = tuple(names[i] for i in range(s.first_line, s.last_line + 1)
                      if i in names) if s.code else ()
         notes = notes_html(markdown, "\n".join(s.notes), Links(defs, stem, here)) \
             if s.notes else ""
@@ -679,8 +690,8 @@ different question. BERT hides 15 % of the words and learns from guessing those 
 ELECTRA lets a small masked language model, the generator G, fill the hidden places with
 plausible words, and trains the discriminator D to say for *every* word whether it is the
 original or a replacement. D, the model we keep, learns from every word, and at equal compute
-fine-tunes to better GLUE scores than BERT (Table 1; §3.5 traces the gain to the loss over
-all tokens). One step (§2):
+fine-tunes to better GLUE scores than BERT (Table 1; §3.5 traces the gain mostly to the loss
+over all tokens). One step (§2): mask, sample and corrupt, the losses:
 
 $$ m = k "random positions of" x
    x^masked = REPLACE(x, m, [MASK])
@@ -691,7 +702,8 @@ $$ m = k "random positions of" x
 The pages show that step as this project's code, with notes that say whose word they give:
 *the paper says* (linked to its page), *the official code does* (google-research/electra,
 linked to its file), or *this code does*; engineering for speed or scale waits in closed
-asides."""
+asides. The `# BEGIN ASSIGNMENT x` and `# END ASSIGNMENT x` lines in the code mark what a
+student copy blanks (ASSIGNMENTS.md)."""
 
 
 def render_index(root, out, libs, defs):

@@ -213,7 +213,7 @@ STAND_INS = {
 }
 # Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
 # Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py
-# import it. teaching/one_step.py runs lines 1-2 of the step on one sentence (the joint loss's calls).
+# import it. teaching/one_step.py runs mask, sample and corrupt on one sentence (the joint loss's calls).
 LEFT_OUT = {"sample": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
             "corrupt": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
             "joint_loss": ("teaching/one_step.py",)}

@@ -4,10 +4,10 @@ is_replaced and D's verdict (the Annotated ELECTRA shows it on the objectives.py
     python teaching/one_step.py --ckpt out/ckpt.pt                      # -> docs/one_step.json
     python teaching/one_step.py --ckpt out/ckpt.pt --text "..." --seed 3 --out one_step.json
 
-Line 1 is objectives.mask_tokens with the checkpoint's mask rate (15 %: 85 % of the chosen
-positions shown as [MASK], 15 % kept), line 2 is G's logits at m, objectives.sample and
-objectives.corrupt - the functions training calls, on a batch of one sentence, with a seeded
-generator so that the table is reproducible. G and D are in eval mode (no dropout). The JSON
+The mask step is objectives.mask_tokens with the checkpoint's mask rate (15 %: 85 % of the
+chosen positions shown as [MASK], 15 % kept), sample and corrupt are G's logits at m,
+objectives.sample and objectives.corrupt - the functions training calls, on a batch of one
+sentence, with a seeded generator so that the table is reproducible. G and D are in eval mode (no dropout). The JSON
 holds the tokens of every row and where they came from (checkpoint step, command, date).
 """
 import datetime
@@ -50,8 +50,8 @@ def shown(tok, i):
 
 
 def one_step(model, tok, cfg, text, seed=0):
-    """Every tensor of lines 1-2 of the step for one sentence, and P(replaced) from D: a dict of
-    lists (one entry per position t) plus m, the masked positions."""
+    """Every tensor of the mask, sample and corrupt steps for one sentence, and P(replaced)
+    from D: a dict of lists (one entry per position t) plus m, the masked positions."""
     ids = tok.encode(text)
     if len(ids) > cfg.seq_len - 2:          # positions past the trained length are untrained
         raise StepError(f"--text has {len(ids)} tokens; this checkpoint was trained on "
@@ -67,10 +67,10 @@ def one_step(model, tok, cfg, text, seed=0):
     n_slots = max(mask_slots(x.shape[1], cfg.mask_prob), int(k))
     with torch.no_grad():
         masked = mask_tokens(x, tok.special_ids, tok.mask_id, n_slots, cfg.mask_prob,
-                             generator=g)                                     # line 1
+                             generator=g)                                     # mask
         logits = model.generator(masked.x_masked, masked.positions)          # p_G at m
         x_hat = sample(logits, generator=g)                                   # x̂_i ~ p_G
-        x_corrupt, is_replaced = corrupt(x, masked, x_hat)                    # line 2
+        x_corrupt, is_replaced = corrupt(x, masked, x_hat)                    # corrupt
         p_replaced = torch.sigmoid(model.discriminator(x_corrupt).float())   # 1 - D(x, t)
     used = masked.weights[0] > 0
     m = sorted(int(t) for t in masked.positions[0][used])

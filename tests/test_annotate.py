@@ -87,7 +87,24 @@ def test_parse_splits_notes_from_code():
     assert ret.notes == ["the note of the return"]
     assert ret.code == ["    return b", "    # END ASSIGNMENT g"]
     assert x.first_line == 10 and ret.first_line == 21
+    assert (g.first_line, g.last_line) == (16, 19)    # 3 lines of code; the docstring between
 
+
+def test_a_comment_continuing_an_end_of_line_comment_stays_in_the_code():
+    """A comment line lined up under the comment at the end of the line above continues it:
+    it stays in the code, and the note that follows is not glued to it (config.py's fields)."""
+    source = ("class C:\n"
+              "    a = 1          # first | second\n"
+              "                   # | third\n"
+              "    # the note of b\n"
+              "    b = 2\n"
+              "    c = 3  # end\n"
+              "    # not lined up: a note\n"
+              "    d = 4\n")
+    _, sections = annotate.parse(source)
+    notes = [s.notes for s in sections]
+    assert notes == [[], ["the note of b"], ["not lined up: a note"]], notes
+    assert sections[0].code[-1].strip() == "# | third"
 
 def test_the_math_notation_becomes_mathml():
     m = mathml.mathml

@@ -349,7 +349,7 @@ KEPT = {("joint_loss", "ablations.py")}
 # The answers to the "think about" questions and the method of the reference bodies, as the
 # reference states them: none of it may reach a copy with the part blank.
 ANSWER_PHRASES = {
-    "mask": ["keeps its predictions sensible"],
+    "mask": ["its sample is usually the original"],
     "sample": ["CDF(i-1) <= u < CDF(i)", "log(-torch.log", "searchsorted(cdf"],
     "corrupt": ["flag perfectly good text", 'labelling those tokens "replaced"'],
 }

@@ -428,7 +428,7 @@ def test_two_stage_run_switches_half_way_through_the_hooks(data_dir, tmp_path):
                                          ("small", 30522), (None, 30522)])
 def test_the_demo_corpus_gets_the_vocabulary_its_recipe_needs(size, vocab, tmp_path, monkeypatch):
     """No --data: the demo corpus is prepared with 8,192 tokens for the laptop recipes (a 30k
-    vocabulary would be 95 % of their D) and the paper's 30,522 otherwise, in separate folders."""
+    vocabulary would be 95 % of their D) and BERT's 30,522 otherwise, in separate folders."""
     import data
     import electra_small
     asked = []
