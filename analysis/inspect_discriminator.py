@@ -278,13 +278,13 @@ def figure2_png(tok, tr, how):
                patch(fc=REPLACED, ec="k", lw=0.5, label="a replaced token (x_corrupt ≠ x)"),
                patch(fc=RIGHT, ec="k", lw=0.5, label="D right (✓)"),
                patch(fc=WRONG, ec="k", lw=0.5, label="D wrong (✗)")]
-    fig.legend(handles=handles, loc="lower left", ncol=2, fontsize=8, frameon=False,
+    fig.legend(handles=handles, loc="lower left", ncol=2, fontsize=9, frameon=False,
                bbox_to_anchor=(0.0, 0.0))
     bar = fig.add_axes([0.72, 0.25 / (height + 1.3), 0.25, 0.12 / (height + 1.3)])
     fig.colorbar(plt.cm.ScalarMappable(matplotlib.colors.Normalize(0, 1), P_COLOURS), cax=bar,
                  orientation="horizontal", ticks=[0, 0.5, 1])
-    bar.set_title("P(replaced) = 1 - D(x, t)", fontsize=8)
-    bar.tick_params(labelsize=7)
+    bar.set_title("P(replaced) = 1 - D(x, t)", fontsize=9)
+    bar.tick_params(labelsize=9)
     return fig
 
 
