@@ -109,7 +109,7 @@ FIGURES = {
         "AVX512-BF16, bf16, beside other jobs, 2026-11-26; the default, which picks its "
         "threads while it runs, left the plateau at step 1,100 there). For a thousand "
         "steps D answers almost everything \"real\": it catches under 10 % of the replaced "
-        "tokens (0.5 % at step 200, 6.2 % at 1,000; the flat red line below), while L_Disc "
+        "tokens (0.5 % at step 200, 6.2 % at 1,000; the low red line below), while L_Disc "
         "already falls under the plateau's loss H(r), and under 0.9 H(r) by about step 800 "
         "(above): D ranks replaced tokens higher before it is sure enough to call them "
         "replaced. At step 1,300 recall passes 10 % and D leaves the plateau by the trainer's "
