@@ -50,7 +50,8 @@ def build_examples(lengths, max_len, seed):
     build_pretraining_dataset.py builds them: sentences are collected up to the target length
     or the document's end, then cut at a sentence boundary, A about half, B the rest; 10 % of
     examples keep all in A, 5 % get a random shorter target. Two departures, so that a segment
-    is one slice of the stream: a sentence longer than the example is cut, not truncated, and
+    is one slice of the stream: a sentence longer than the example is split across consecutive
+    examples (its rest starts the next one) rather than truncated, and
     once B has started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
     b_start, b_len), a pure function of (lengths, max_len, seed)."""
     # One seeded stream for every random choice.
@@ -156,7 +157,7 @@ class PretrainingData:
         return g
 
     def next_batch(self):
-        """The next batch, int64 (B, seq_len): x, segment_ids (1 on B [SEP]) and pad_mask
+        """The next batch, int64 (B, seq_len): x, segment_ids (1 on B and its closing [SEP]) and pad_mask
         (True on the non-padding tokens: padding stays out of attention, masking and L_Disc)."""
         if self._order_epoch != self.epoch:
             rng = np.random.default_rng([self.seed, self.epoch])

@@ -1,8 +1,8 @@
 """GLUE: the eight tasks of the paper's evaluation (§3.1, Appendix C), their readers and metrics.
 
 The paper reports Matthews correlation for CoLA, Spearman correlation for STS and accuracy
-for the others, without WNLI (§3.1, Appendix B). This code adds MNLI's mismatched accuracy,
-F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are GLUE's standard
+for the others, without WNLI (§3.1, Appendix B). This code adds CoLA's accuracy, MNLI's
+mismatched accuracy, F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are GLUE's standard
 layout (GLUE_DIR/CoLA/train.tsv ...).
 """
 import os
@@ -65,7 +65,7 @@ TASKS = {   # in the order of the paper's tables
 
 def read_tsv(path, n_columns, header=None, label_col=-1):
     """Rows of a GLUE .tsv as (1-based line number, list of fields): split on tabs with *no*
-    quote handling (an RTE row starts with a quote, which a CSV reader would take for a quoted
+    quote handling (an RTE sentence starts with a quote, which a CSV reader would take for a quoted
     field); 'utf-8-sig' drops MRPC's byte-order mark. `header`, the expected
     name of the label column (None: no header, like CoLA), catches a file of another task."""
     path = Path(path)
@@ -179,7 +179,7 @@ def encode_example(tokenizer, a, b=None, max_len=128):
 def encode_examples(tokenizer, examples, max_len=128):
     """Many examples at once: a list of (token ids, segment ids) and a float array of labels.
 
-    Engineering: tiktoken encodes MNLI's 786k texts in parallel."""
+    Engineering: tiktoken encodes MNLI's about 785k texts in parallel."""
     a = tokenizer.encode_batch([e.a for e in examples])
     pairs = examples[0].b is not None
     b = tokenizer.encode_batch([e.b for e in examples]) if pairs else [None] * len(examples)

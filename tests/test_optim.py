@@ -8,8 +8,11 @@ from optim import AdamWeightDecay, make_adam
 
 
 def test_uncorrected_steps_average_about_2_5x_adamw_over_a_glue_run():
-    # 700 steps, 10 % warm-up then linear decay (Table 7's schedule for RTE / MRPC / CoLA):
-    # the lr-weighted mean of the step-size ratio, as optim.py's docstring states
+    # optim.py's docstring: the uncorrected step is 6.5x AdamW's at step 10, 1.4x at step 700,
+    # and about 2.5x on average over 700 steps of 10 % warm-up then linear decay (Table 7's
+    # schedule for RTE / MRPC / CoLA), weighted by the learning rate
+    ratio = lambda t: (1 - 0.9 ** t) / math.sqrt(1 - 0.999 ** t)  # noqa: E731
+    assert round(ratio(10), 1) == 6.5 and round(ratio(700), 1) == 1.4
     total, warm = 700, 70
     num = den = 0.0
     for t in range(1, total + 1):
