@@ -61,6 +61,17 @@ def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
     return int((mask_prob + 0.005) * seq_len)
 
 
+def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
+    """Engineering: for the tools that draw m on one unpadded text x (1, T) as a training step
+    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
+    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
+    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
+    kept, and with it every seeded draw made so far."""
+    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
+                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
+    return max(mask_slots(x.shape[1], mask_prob), int(k))
+
+
 def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
                 random_prob=0.0, n_random=None, generator=None) -> Masked:
     """Mask: choose the positions m among the content tokens of each sequence (not [CLS],

@@ -43,7 +43,7 @@ from analysis.analyses import InspectError, attention, calibration, cola, d_prob
     mlm_candidates, p_replaced, pieces, save_png, scoring, shown, sst2
 from analysis.representations import compare
 from analysis import token_groups
-from objectives import Masked, corrupt, mask_slots, mask_tokens, sample
+from objectives import Masked, corrupt, draw_slots, mask_tokens, sample
 from machinery.tokenize_corpus import split_sentences
 from machinery.tokenizer import Tokenizer
 import matplotlib
@@ -124,17 +124,6 @@ def choose_positions(toks, items):
 
 
 DRAW = "draw"     # --mask draw: m as a training step draws it, seeded (not chosen by hand)
-
-
-def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
-    """How many slots to draw m with on one unpadded text x (1, T), so that the draw masks what
-    a training step masks: k = round(mask_prob n) real tokens, at least 1 (mask_tokens' rule,
-    with training's slot count Config.n_slots = mask_slots(seq_len) as its cap). The slot
-    count of T positions alone, mask_slots(T), is below that k on a short text (0 for T < 7,
-    so nothing was masked); where it is not, it is kept, and with it the seeded draw."""
-    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
-                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
-    return max(mask_slots(x.shape[1], mask_prob), int(k))
 
 
 def figure2_trace(model, tok, text, mask_items, k=3, seed=0, max_len=128, mask_prob=0.15):

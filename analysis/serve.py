@@ -48,7 +48,6 @@ from machinery import cli
 from machinery.checkpoint import CheckpointError
 from analysis import inspect_discriminator as insp
 from analysis.analyses import InspectError, d_probs, encode, pieces, shown
-from objectives import mask_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 ANNOTATED = ROOT / "out_annotated"          # where teaching/annotate.py writes its pages
@@ -106,25 +105,20 @@ class Inspector:
         with self.lock, torch.inference_mode():
             return [float(p) for p in d_probs(self.model, self.tok, [x])[0]]
 
-    def step(self, text, x, picks, seed, k):
-        """One step on x. picks: token indices into x chosen by hand, each shown as [MASK]
-        (figure2_trace, as `inspect_discriminator.py figure2 --mask`); None: m drawn as
-        training draws it (mask_tokens, one generator seeded with `seed` for the mask and the
-        sample, as teaching/one_step.py). Returns one dict per position of x."""
+    def step(self, text, picks, seed, k):
+        """One step on the text, through figure2_trace as `inspect_discriminator.py figure2`. picks:
+        token indices into its ids (with [CLS]) chosen by hand, each shown as [MASK] (--mask 2,5); None: m drawn
+        as training draws it (--mask draw: one generator seeded with `seed` for the mask and
+        the sample, as teaching/one_step.py). Returns one dict per position, [CLS] and [SEP]
+        included."""
+        items = [str(t - 1) for t in picks] if picks is not None else [insp.DRAW]
         with self.lock, torch.inference_mode():
-            if picks is not None:
-                tr = insp.figure2_trace(self.model, self.tok, text,
-                                        [str(t - 1) for t in picks], k, seed, self.cfg.seq_len)
-                used = [True] * tr["m"].shape[1]
-            else:
-                xt, g = torch.tensor([x]), torch.Generator().manual_seed(seed)
-                slots = insp.draw_slots(xt, self.tok.special_ids, self.cfg.seq_len,
-                                        self.cfg.mask_prob)
-                masked = mask_tokens(xt, self.tok.special_ids, self.tok.mask_id, slots,
-                                     self.cfg.mask_prob, generator=g)
-                tr = insp.step_trace(self.model, xt, masked, k, g)
-                used = (masked.weights[0] > 0).tolist()
-        slot = {int(t): j for j, (t, u) in enumerate(zip(tr["m"][0].tolist(), used)) if u}
+            try:
+                tr = insp.figure2_trace(self.model, self.tok, text, items, k, seed,
+                                        self.cfg.seq_len, self.cfg.mask_prob)
+            except InspectError as e:                    # a text with no token to mask
+                raise PageError(400, str(e)) from None
+        slot = {int(t): j for j, t in enumerate(tr["m"][0].tolist())}
         row = lambda key: pieces(self.tok, tr[key][0])                           # noqa: E731
         xs, xm, xc = row("x"), row("x_masked"), row("x_corrupt")
         cols = []
@@ -261,7 +255,7 @@ def view(inspector, fields):
                      f"{len(x) - 2} ([CLS] and [SEP] take two places) and the rest is cut.")
     if toggle is not None:
         start = fields.get("mask", "") if mode != "draw" else ",".join(
-            str(c["t"] - 1) for c in inspector.step(text, x, None, seed, k) if c["m"])
+            str(c["t"] - 1) for c in inspector.step(text, None, seed, k) if c["m"])
         picks = positions(toks, start, toggle)
         canonical = dict(text=fields["text"], mode="mine", mask=",".join(str(t - 1) for t in picks),
                          seed=str(seed), k=str(k))
@@ -270,9 +264,9 @@ def view(inspector, fields):
     p = inspector.p_replaced(x)
     cols = None
     if mode == "draw":
-        cols = inspector.step(text, x, None, seed, k)
+        cols = inspector.step(text, None, seed, k)
     elif picks:
-        cols = inspector.step(text, x, picks, seed, k)
+        cols = inspector.step(text, picks, seed, k)
     return 200, page(inspector, fields, mode=mode, toks=toks, p=p, cols=cols, notes=notes,
                      seed=seed, k=k), None
 

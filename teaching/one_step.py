@@ -27,7 +27,7 @@ from machinery import cli
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
 from machinery.tokenizer import Tokenizer
-from objectives import corrupt, mask_slots, mask_tokens, sample
+from objectives import corrupt, draw_slots, mask_tokens, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 # A sentence of the demo corpus's validation text (the standard library's documentation), 12
@@ -59,12 +59,7 @@ def one_step(model, tok, cfg, text, seed=0):
                         "([CLS] and [SEP] take two)")
     x = torch.tensor([[tok.cls_id] + ids + [tok.sep_id]])
     g = torch.Generator().manual_seed(seed)
-    # As analysis/inspect_discriminator.draw_slots (teaching imports no analysis tool): enough
-    # slots for training's k = round(0.15 n), at least 1, on a short text too (mask_slots(T)
-    # alone is 0 below 7 positions), else mask_slots(T), which keeps the seeded draw as it was.
-    k = mask_tokens(x, tok.special_ids, 0, min(cfg.n_slots, x.shape[1]), cfg.mask_prob,
-                    generator=torch.Generator()).weights.sum()                # k only: no draw
-    n_slots = max(mask_slots(x.shape[1], cfg.mask_prob), int(k))
+    n_slots = draw_slots(x, tok.special_ids, cfg.seq_len, cfg.mask_prob)  # as training draws
     with torch.no_grad():
         masked = mask_tokens(x, tok.special_ids, tok.mask_id, n_slots, cfg.mask_prob,
                              generator=g)                                     # mask
