@@ -10,9 +10,9 @@ both machines, and a laptop changes from one to the other while a run goes on.
 So, on a CPU, when neither --threads nor OMP_NUM_THREADS chooses: the run times a few steps at
 each candidate count (all cores, then half of them, down to 1), keeps the fastest, and tries
 again after `every` steps, then less often while the choice holds. A probe costs a few steps at
-a slower count; the line that says which count won is printed when the choice changes. A fixed --threads N gives
-runs that repeat bit for bit; a chosen count may change the order of a few float sums between
-runs (never the data, the masks or the samples)."""
+a slower count; the line that says which count won is printed when the choice changes. A
+fixed --threads N gives runs that repeat bit for bit; a chosen count may change the order of a
+few float sums between runs (never the data, the masks or the samples)."""
 import os
 import time
 

@@ -107,9 +107,11 @@ class Unprivileged:
     else `electra-student` (setup.sh creates it), else `nobody` - which can read the grading
     tree but write only its own log, its home and /tmp. What it cannot stop: code in the tests'
     process can still read the tests it runs beside and fake their reports (instructor-notes.md
-    says so). Not root (a student's own machine): the tests run as the grader's user."""
+    says so). Not root (a student's own machine): the tests run as the grader's user. Given
+    `python`, a user who cannot start it (a Python under a private /root) is not taken, and
+    `note` says why the tests run as root."""
 
-    def __init__(self, user=None):
+    def __init__(self, user=None, python=None):
         self.uid = self.gid = None
         self.note = None
         if os.geteuid() != 0:
@@ -120,6 +122,9 @@ class Unprivileged:
             except KeyError:
                 continue
             self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
+            if python and not self.can_run(python):
+                self.uid = None
+                self.note = f"the tests run as root: user {name} cannot run {python}"
             return
         self.note = "the tests run as root: no user " + " or ".join(USERS) + " to run them as"
 
