@@ -7,6 +7,7 @@
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code
     mathml.py           the notes' math notation, typeset as MathML for those pages
+    links.py            the notes' links: to definitions, pages, the paper and the official code
     one_step.py         one real step on one sentence as a table (a picture for those pages)
 
     python teaching/make_assignment.py --out ../hw1 --parts mask,sample,corrupt \

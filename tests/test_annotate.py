@@ -31,7 +31,7 @@ import pytest
 from conftest import HANG, ROOT, run_cli, save_tiny
 
 sys.path.insert(0, str(ROOT))
-from teaching import annotate, mathml  # noqa: E402
+from teaching import annotate, links, mathml  # noqa: E402
 from teaching.annotate import FIGURES, READING_PATH  # noqa: E402
 
 try:
@@ -370,9 +370,9 @@ def test_names_link_to_their_definitions_and_pages_to_the_paper(built):
                 assert node.name in ids, (file, node.name)
         # every page links to the paper's pages; a note naming an official file links to it
         assert re.search(r'href="https://arxiv\.org/pdf/2003\.10555v1#page=\d+"', page), file
-        for base in annotate.OFFICIAL_FILES:
+        for base in links.OFFICIAL_FILES:
             if re.search(rf"\b{base}\.(py|[a-z_]+)\b", " ".join(NoteText(page).text)):
-                assert annotate.OFFICIAL_FILE.format(annotate.OFFICIAL_FILES[base]) in page, \
+                assert links.OFFICIAL_FILE.format(links.OFFICIAL_FILES[base]) in page, \
                     (file, base)
     objectives = (out / "objectives.html").read_text(encoding="utf-8")
     assert '<a href="#mask_tokens"><code>mask_tokens</code></a>' in objectives   # a name, here
@@ -381,7 +381,7 @@ def test_names_link_to_their_definitions_and_pages_to_the_paper(built):
     train = (out / "train.html").read_text(encoding="utf-8")
     assert 'href="objectives.html#Pretraining"' in train and 'href="optim.html"' in train
     # a list of appendices links each; a figure's caption links as a note does
-    pdf = annotate.PAPER_PDF
+    pdf = links.PAPER_PDF
     assert (f'<a href="{pdf.format(13)}">Appendix B</a>, <a href="{pdf.format(15)}">C</a>'
             in (out / "finetune_glue.html").read_text(encoding="utf-8"))
     caption = re.search(r"<figcaption>(.*?)</figcaption>", objectives, re.S).group(1)
