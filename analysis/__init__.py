@@ -4,6 +4,7 @@
                                calibration, zero-shot CoLA / SST-2, attention by offset,
                                D as a masked language model (Appendix G), `compare` (D against
                                BERT) and `tokens` (which tokens D distrusts)
+    figure2.py                 Figure 2 with real tensors: one step of G and D on your text
     analyses.py                the measurements behind the first commands
     representations.py         linear CKA and linear probes, layer by layer (`compare`)
     token_groups.py            tokens grouped by what the tokenizer and the text tell (`tokens`)

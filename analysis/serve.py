@@ -46,6 +46,7 @@ if not __package__:   # run as a path (python analysis/serve.py): import from th
 
 from machinery import cli
 from machinery.checkpoint import CheckpointError
+from analysis import figure2 as fig2
 from analysis import inspect_discriminator as insp
 from analysis.analyses import InspectError, d_probs, encode, pieces, shown
 
@@ -111,10 +112,10 @@ class Inspector:
         as training draws it (--mask draw: one generator seeded with `seed` for the mask and
         the sample, as teaching/one_step.py). Returns one dict per position, [CLS] and [SEP]
         included."""
-        items = [str(t - 1) for t in picks] if picks is not None else [insp.DRAW]
+        items = [str(t - 1) for t in picks] if picks is not None else [fig2.DRAW]
         with self.lock, torch.inference_mode():
             try:
-                tr = insp.figure2_trace(self.model, self.tok, text, items, k, seed,
+                tr = fig2.figure2_trace(self.model, self.tok, text, items, k, seed,
                                         self.cfg.seq_len, self.cfg.mask_prob)
             except InspectError as e:                    # a text with no token to mask
                 raise PageError(400, str(e)) from None
@@ -222,7 +223,7 @@ def positions(toks, mask, toggle):
             raise PageError(400, f"Mask position {item[:12]} is out of range: the text has "
                             f"tokens 0 to {n - 1}.")
     try:
-        chosen = insp.choose_positions(toks, items)
+        chosen = fig2.choose_positions(toks, items)
     except InspectError as e:
         raise PageError(400, str(e).replace("--mask ", "Mask ") + ".") from None
     if toggle is not None:

@@ -9,6 +9,7 @@ import torch
 
 import objectives
 from analysis import analyses
+from analysis import figure2 as fig2
 from analysis import inspect_discriminator as insp
 from conftest import SHARED, one_token_discriminator, run_cli, save_tiny
 from data import load_tokenizer
@@ -87,18 +88,18 @@ def test_best_mcc_picks_the_separating_threshold():
 
 def test_mask_items_are_token_indices_or_words():
     toks = ["[CLS]", "the", " che", "f", " cooked", " the", " meal", ".", "[SEP]"]
-    assert insp.choose_positions(toks, ["the", "cooked"]) == [1, 4]
-    assert insp.choose_positions(toks, ["chef", "the", "the"]) == [1, 2, 3, 5]
-    assert insp.choose_positions(toks, ["0", "5", ""]) == [1, 6]
+    assert fig2.choose_positions(toks, ["the", "cooked"]) == [1, 4]
+    assert fig2.choose_positions(toks, ["chef", "the", "the"]) == [1, 2, 3, 5]
+    assert fig2.choose_positions(toks, ["0", "5", ""]) == [1, 6]
     for bad in (["9"], ["pizza"], ["the", "the", "the"]):
         with pytest.raises(insp.InspectError):
-            insp.choose_positions(toks, bad)
+            fig2.choose_positions(toks, bad)
 
 
 def test_figure2_trace_labels_by_comparison_with_x(loaded, monkeypatch):
     model, tok, cfg = loaded
     with torch.inference_mode():
-        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"], k=3)
+        tr = fig2.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"], k=3)
     x, m = tr["x"], tr["m"]
     assert (tr["x_masked"].gather(1, m) == tok.mask_id).all()
     assert torch.equal(tr["is_replaced"], tr["x_corrupt"] != x)
@@ -111,9 +112,9 @@ def test_figure2_trace_labels_by_comparison_with_x(loaded, monkeypatch):
     orig = x.gather(1, m)
     other = (orig + 1) % (tok.vocab_size - 4)
     forced = torch.cat([orig[:, :1], other[:, 1:]], 1)
-    monkeypatch.setattr(insp, "sample", lambda logits, generator=None: forced)
+    monkeypatch.setattr(fig2, "sample", lambda logits, generator=None: forced)
     with torch.inference_mode():
-        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"])
+        tr = fig2.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees"])
     assert tr["is_replaced"].gather(1, m).tolist() == [[False] + [True] * (m.shape[1] - 1)]
     assert torch.equal(tr["is_replaced"], tr["x_corrupt"] != tr["x"])
 
@@ -126,7 +127,7 @@ def test_figure2_draw_is_the_step_of_one_step(loaded):
     text = "the cat sees the ball in the morning and the dog likes the river."
     for seed in (0, 3):
         with torch.inference_mode():
-            tr = insp.figure2_trace(model, tok, text, ["draw"], seed=seed, max_len=cfg.seq_len,
+            tr = fig2.figure2_trace(model, tok, text, ["draw"], seed=seed, max_len=cfg.seq_len,
                                     mask_prob=cfg.mask_prob)
         step = one_step.one_step(model, tok, cfg, text, seed=seed)
         n = tr["x"].shape[1] - 2
@@ -137,8 +138,8 @@ def test_figure2_draw_is_the_step_of_one_step(loaded):
         assert tr["is_replaced"][0].int().tolist() == rows["is_replaced"]
         assert [f"{float(p):.2f}" for p in tr["p_replaced"][0]] == rows["p_replaced"]
         assert torch.equal(tr["x_corrupt"].gather(1, tr["m"]), tr["x_hat"])
-    assert insp.how_masked(["draw"], 3).startswith("m: the seeded 15 % draw")
-    assert "chosen by hand (--mask the,sees)" in insp.how_masked(["the", "sees"], 0)
+    assert fig2.how_masked(["draw"], 3).startswith("m: the seeded 15 % draw")
+    assert "chosen by hand (--mask the,sees)" in fig2.how_masked(["the", "sees"], 0)
 
 
 def test_figure2_colours_mean_one_thing_each_and_have_a_legend(loaded):
@@ -146,21 +147,21 @@ def test_figure2_colours_mean_one_thing_each_and_have_a_legend(loaded):
     violet only for D's verdict: right and wrong; the legend names all four."""
     model, tok, cfg = loaded
     with torch.inference_mode():
-        tr = insp.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees", "ball"])
+        tr = fig2.figure2_trace(model, tok, "the cat sees the ball", ["the", "sees", "ball"])
     tr["p_replaced"] = torch.linspace(0.05, 0.95, tr["x"].shape[1])[None]   # D right and wrong
-    fig = insp.figure2_png(tok, tr, insp.how_masked(["the", "sees", "ball"], 0))
-    rgba = insp.matplotlib.colors.to_rgba
+    fig = fig2.figure2_png(tok, tr, fig2.how_masked(["the", "sees", "ball"], 0))
+    rgba = fig2.matplotlib.colors.to_rgba
     cells = fig.axes[0].tables[0].get_celld()
     m, seen = tr["m"][0].tolist(), set()
     for t in range(1, tr["x"].shape[1] - 1):
         rep, p = bool(tr["is_replaced"][0, t]), float(tr["p_replaced"][0, t])
         colour = [tuple(cells[t, c].get_facecolor()) for c in range(8)]
-        assert (colour[1] == rgba(insp.IN_M)) == (t in m)
-        assert all((colour[c] == rgba(insp.REPLACED)) == rep for c in (3, 4, 5))
-        assert colour[7] == rgba(insp.RIGHT if (p > 0.5) == rep else insp.WRONG)
+        assert (colour[1] == rgba(fig2.IN_M)) == (t in m)
+        assert all((colour[c] == rgba(fig2.REPLACED)) == rep for c in (3, 4, 5))
+        assert colour[7] == rgba(fig2.RIGHT if (p > 0.5) == rep else fig2.WRONG)
         for c, k in enumerate(colour):
             named = {v for v in ("IN_M", "REPLACED", "RIGHT", "WRONG")
-                     if k == rgba(getattr(insp, v))}
+                     if k == rgba(getattr(fig2, v))}
             assert named <= {1: {"IN_M"}, 3: {"REPLACED"}, 4: {"REPLACED"}, 5: {"REPLACED"},
                              7: {"RIGHT", "WRONG"}}.get(c, set()), (t, c, named)
             seen |= named
@@ -393,7 +394,7 @@ def test_drawn_mask_on_a_short_text_masks_as_training_does(loaded, monkeypatch):
     for n_words in range(1, len(words) + 1):
         text = " ".join(words[:n_words])
         with torch.inference_mode():
-            tr = insp.figure2_trace(model, tok, text, ["draw"], seed=n_words, max_len=cfg.seq_len,
+            tr = fig2.figure2_trace(model, tok, text, ["draw"], seed=n_words, max_len=cfg.seq_len,
                                     mask_prob=cfg.mask_prob)
         n = tr["x"].shape[1] - 2
         k = max(1, int(np.floor(0.15 * n + 0.5)))
@@ -402,9 +403,9 @@ def test_drawn_mask_on_a_short_text_masks_as_training_does(loaded, monkeypatch):
         assert tr["m"][0].tolist() == one_step.one_step(model, tok, cfg, text, seed=n_words)["m"]
         seen.add(k > objectives.mask_slots(n + 2, cfg.mask_prob))
     assert seen == {True, False}          # short texts the old slot count under-masked, and not
-    monkeypatch.setattr(insp, "encode", lambda tok, text, max_len: [tok.cls_id, tok.sep_id])
+    monkeypatch.setattr(fig2, "encode", lambda tok, text, max_len: [tok.cls_id, tok.sep_id])
     with pytest.raises(insp.InspectError, match="no token to mask"):
-        insp.figure2_trace(model, tok, "x", ["draw"])
+        fig2.figure2_trace(model, tok, "x", ["draw"])
 
 
 def test_figure2_draw_on_a_short_text_from_the_command_line(tiny, tmp_path, capsys):

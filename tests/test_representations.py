@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from analysis import analyses, representations as rep, token_groups as tg
+from analysis import figure2 as fig2
 from analysis import inspect_discriminator as insp
 from conftest import run_cli, save_tiny
 from data import load_tokenizer
@@ -169,5 +170,5 @@ def test_whitespace_tokens_are_shown_visibly(ckpts):
     assert analyses.shown("  \n") == "␣␣\\n" and analyses.shown(" the") == "the"
     tok = ckpts[2]
     ids = [tok.encode("\n")[0], tok.encode(" the")[-1]]
-    text = insp.top_text(tok, torch.tensor(ids), torch.tensor([0.5, 0.25]))
+    text = fig2.top_text(tok, torch.tensor(ids), torch.tensor([0.5, 0.25]))
     assert text == "'\\n' 0.50 | 'the' 0.25" and "''" not in text

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from analysis import figure2 as fig2
 from analysis import inspect_discriminator as insp
 from analysis import serve
 from analysis.analyses import d_probs, encode, pieces, shown
@@ -119,7 +120,7 @@ def test_hand_chosen_step_is_figure2_and_follows_the_algorithm(server, tiny):
     assert status == 200, Page(body).msg
     rows = Page(body).rows
     with torch.inference_mode():
-        tr = insp.figure2_trace(model, tok, TEXT, ["1", "ball", "5"], 3, 7, cfg.seq_len)
+        tr = fig2.figure2_trace(model, tok, TEXT, ["1", "ball", "5"], 3, 7, cfg.seq_len)
     assert rows["p"] == [f"{float(q):.3f}" for q in tr["p_replaced"][0]]
     assert rows["x_corrupt"] == [shown(w) for w in pieces(tok, tr["x_corrupt"][0])]
     masked = [t for t, v in enumerate(rows["m"]) if v == "✓"]
@@ -139,7 +140,7 @@ def test_a_sample_equal_to_the_original_is_real(server, tiny, monkeypatch):
     m = [2, 4]                                              # tokens 1 and 3
     orig = x[0, m]
     forced = torch.stack([orig[0], (orig[1] + 1) % (tok.vocab_size - 4)])[None]
-    monkeypatch.setattr(insp, "sample", lambda logits, generator=None: forced)
+    monkeypatch.setattr(fig2, "sample", lambda logits, generator=None: forced)
     status, body, _ = request(server, query=dict(text=TEXT, mask="1,3"))
     rows = Page(body).rows
     assert status == 200 and [rows["m"][t] for t in m] == ["✓", "✓"]
@@ -166,7 +167,7 @@ def test_drawn_step_is_one_steps_table(server, tiny):
 
 def test_clicking_a_token_toggles_it(server, tiny):
     _, tok, cfg = insp.load(tiny)
-    ball = [t - 1 for t in insp.choose_positions(pieces(tok, encode(tok, TEXT, cfg.seq_len)),
+    ball = [t - 1 for t in fig2.choose_positions(pieces(tok, encode(tok, TEXT, cfg.seq_len)),
                                                  ["ball"])]     # the word's pieces
     status, _, headers = request(server, query=dict(text=TEXT, mask="1,ball", toggle=3))
     assert status == 303 and 3 not in ball
