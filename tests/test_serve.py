@@ -18,7 +18,7 @@ import torch
 
 from analysis import figure2 as fig2
 from analysis import inspect_discriminator as insp
-from analysis import serve
+from analysis import serve, serve_page
 from analysis.analyses import d_probs, encode, pieces, shown
 from conftest import HANG, one_token_discriminator, run_cli, save_tiny
 from data import load_tokenizer
@@ -344,7 +344,7 @@ def test_chromium_shows_the_coloured_tokens(tiny, tmp_path, one_thread):
             img = shot(url, tmp_path / f"page{width}.png", width)
             assert img.shape[1] == width
             px = torch.from_numpy(img).double()
-            near = lambda p: ((px - torch.tensor(serve.colour(p), dtype=torch.float64))  # noqa
+            near = lambda p: ((px - torch.tensor(serve_page.colour(p), dtype=torch.float64))  # noqa
                               .abs().max(-1).values <= 2).sum().item()
             red = near(torch.sigmoid(torch.tensor(6.0)).item())      # " ball", and only it
             assert 300 < red < 6000, f"{red} pixels of the red token's colour at width {width}"
