@@ -1,8 +1,8 @@
 """Figure 2 with real tensors - one pre-training step of a checkpoint's G and D on your
 text, as the paper draws it.
 
-    python analysis/inspect_discriminator.py figure2 --ckpt C "TEXT" --mask 2,cooked   # by hand
-    python analysis/inspect_discriminator.py figure2 --ckpt C "TEXT" --mask draw        # as training
+    python analysis/inspect_discriminator.py figure2 --ckpt C "TEXT" --mask 2,cooked  # by hand
+    python analysis/inspect_discriminator.py figure2 --ckpt C "TEXT" --mask draw   # as training
 
 `figure2_trace` runs the step on one text and returns every tensor: m (chosen by hand with
 `choose_positions`, or the seeded draw of a training step, `--mask draw`), x_masked, p_G's top-k,

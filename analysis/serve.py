@@ -16,7 +16,8 @@ The page shows
     to the original is real) and D's P(replaced) and verdict on x_corrupt;
   - what the checkpoint is (size, step, D's recall at the last log line beside it) and a link to
     the Annotated ELECTRA's objectives page when it is built (teaching/annotate.py).
-Plain HTML forms rendered here (analysis/serve_page.py): no script, no CDN, no font or file from elsewhere.
+Plain HTML forms rendered here (analysis/serve_page.py): no script, no CDN, no font or file
+from elsewhere.
 
 Safe by default: it listens on 127.0.0.1 only (--host says otherwise, and the command says what
 that means); no file is ever opened from what a request names (the Annotated pages are the
@@ -94,11 +95,11 @@ class Inspector:
             return [float(p) for p in d_probs(self.model, self.tok, [x])[0]]
 
     def step(self, text, picks, seed, k):
-        """One step on the text, through figure2_trace as `inspect_discriminator.py figure2`. picks:
-        token indices into its ids (with [CLS]) chosen by hand, each shown as [MASK] (--mask 2,5); None: m drawn
-        as training draws it (--mask draw: one generator seeded with `seed` for the mask and
-        the sample, as teaching/one_step.py). Returns one dict per position, [CLS] and [SEP]
-        included."""
+        """One step on the text, through figure2_trace as `inspect_discriminator.py figure2`.
+        picks: token indices into its ids (with [CLS]) chosen by hand, each shown as [MASK]
+        (--mask 2,5); None: m drawn as training draws it (--mask draw: one generator seeded
+        with `seed` for the mask and the sample, as teaching/one_step.py). Returns one dict per
+        position, [CLS] and [SEP] included."""
         items = [str(t - 1) for t in picks] if picks is not None else [fig2.DRAW]
         with self.lock, torch.inference_mode():
             try:
