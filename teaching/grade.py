@@ -142,7 +142,9 @@ def splice(source, submission, parts):
     refused, texts = {}, {}
     for part in parts:
         rel = ma.BY_NAME[part].file
-        own = texts.setdefault(rel, handout(source, rel, parts))
+        if rel not in texts:                  # once per file: read and blanked as handed out
+            texts[rel] = handout(source, rel, parts)
+        own = texts[rel]
         try:
             path = find_file(submission, rel)
             if path is None:
