@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measuring ELECTRA-Small on a GPU, one stage per command (docs/gpu.md has the plan).
 #
-#   bash benchmarks/gpu_measure.sh all [MIN=9] [RES]  # everything below in MIN minutes, in one command;
-#                                        #   again: BERT-Small at the same FLOPs, then a longer run
+#   bash benchmarks/gpu_measure.sh all [MIN=9] [RES]  # check, prepare, pre-train, fine-tune in MIN minutes,
+#                                        #   one command; again: BERT-Small at the same FLOPs, then a longer run
 #   bash benchmarks/gpu_measure.sh carry [N]        # N corpus shards + GLUE from DATA_FROM into .carry/,
 #                                        #   to travel with the code (default: as many as fit in 64 MiB)
 #   bash benchmarks/gpu_measure.sh check    [RES]   # GPU, versions, the compiled step's self-check
@@ -27,8 +27,10 @@
 #   DEVICE [cuda]   SIZE [small]   PY [python3]   WORK [out_gpu]   WORKERS [all cores]
 #   HOURS [0.15]: pre-training's wall-clock budget (the schedule is laid over it)
 #   COMPILE [auto]: 1 / 0 force --compile on / off; auto uses it if `check` saw it work
-#   SEEDS [3], SST2_SEEDS [1]: fine-tuning seeds (SST-2 is 8x larger than the others)
-#   TASKS [cola,mrpc,stsb,rte,sst2]   FT_ARGS: extra finetune_glue.py flags
+#   SEEDS [3; all: 1], SST2_SEEDS [1]: fine-tuning seeds (SST-2 is 8x larger than the others)
+#   TASKS [cola,mrpc,stsb,rte,sst2; all: rte,mrpc,cola,stsb,sst2, the smallest first]
+#   FT_ARGS: extra finetune_glue.py flags
+#   CHECK_LAYERS [2]: the self-check's layers (SIZE's widths; compiling all 12 takes minutes)
 #   MODEL [electra]: bert pre-trains and fine-tunes BERT-Small, its files named *_bert
 #   CORPUS [.carry/corpus, else ../shared/data/corpus]: a folder of your own .txt/.txt.xz/.txt.gz
 #     files     GLUE [.carry/glue, else ../shared/data/glue]: CoLA/ SST-2/ ... with train/dev.tsv
@@ -55,9 +57,11 @@ WORK=${WORK:-out_gpu}
 WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 4)}
 HOURS=${HOURS:-0.15}
 COMPILE=${COMPILE:-auto}
+SEEDS_GIVEN=${SEEDS:+1} TASKS_GIVEN=${TASKS:+1}   # (all fine-tunes more tasks in less time)
 SEEDS=${SEEDS:-3}
 SST2_SEEDS=${SST2_SEEDS:-1}
 TASKS=${TASKS:-cola,mrpc,stsb,rte,sst2}
+CHECK_LAYERS=${CHECK_LAYERS:-2}
 WHICH=${WHICH:-$([ "$DEVICE" = cpu ] && echo ours,bert,hf || echo ours,ours_compiled,bert,hf)}
 LIMIT_BENCH=${LIMIT_BENCH:-240} LIMIT_PROFILE=${LIMIT_PROFILE:-150} LIMIT_DDP=${LIMIT_DDP:-150}
 LIMIT_TASK=${LIMIT_TASK:-300} LIMIT_CHECK=${LIMIT_CHECK:-240}
@@ -156,9 +160,10 @@ stage_carry() {
 
 stage_check() {
   # Versions first (seconds), then the compiled step's self-check (benchmarks/selfcheck.py):
-  # Inductor's whole step against eager at the Table 6 shape, dropout off, losses within its
-  # stated tolerance, and every step a CUDA graph. On a CPU it traces with aot_eager (Inductor
-  # would compile for minutes there).
+  # Inductor's whole step against eager at the Table 6 widths and batch, CHECK_LAYERS of its
+  # layers (Inductor compiles every layer anew: all 12 ran past 240 s on an H200), dropout off,
+  # losses within its stated tolerance, and every step a CUDA graph. On a CPU it traces with
+  # aot_eager (Inductor would compile for minutes there).
   {
     command -v nvidia-smi >/dev/null && nvidia-smi
     $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
@@ -176,7 +181,7 @@ stage_check() {
   # (bad flags, no GPU, a crash before its verdict) writes nothing: the next `all` checks again.
   local rc lines=$(wc -l < "$RES/check.txt")
   limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py --device "$DEVICE" \
-    --size "$size" --backend "$backend"; rc=$?
+    --size "$size" --backend "$backend" --layers "$CHECK_LAYERS"; rc=$?
   if [ "$rc" = 0 ]; then
     echo yes > "$WORK/compile_ok"
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ] \
@@ -382,20 +387,6 @@ print("GLUE (median over seeds):", ", ".join(f"{n} {s:.1f}" for n, s in scores.i
 EOF
 }
 
-# The steps/s the bench measured for the step pre-training will run (compiled or eager).
-bench_rate() {
-  $PY - "$RES" "$(use_compile && echo ours_compiled || echo ours)" <<'EOF_PY'
-import json, sys
-from pathlib import Path
-for name in (sys.argv[2], "ours"):
-    p = Path(sys.argv[1]) / f"bench_{name}.json"
-    if p.exists():
-        r = json.loads(p.read_text())["results"][0]
-        if r["mode"] == "compiled" or name == "ours":
-            print(r["steps_per_s"]); break
-EOF_PY
-}
-
 # The GLUE folder of a task name of TASKS (glue.py's TASKS knows them all; these are the usual).
 glue_folder() {
   case $1 in cola) echo CoLA ;; sst2) echo SST-2 ;; mrpc) echo MRPC ;; stsb) echo STS-B ;;
@@ -452,48 +443,36 @@ preflight() {
 }
 
 stage_all() {
-  # Everything in ALL_MIN minutes: check, prepare, bench, a pre-training run sized in steps
-  # from the bench's measured rate, fine-tuning. What WORK still holds from an earlier `all`
-  # on the same machine is not done again, and the run is the next one not done yet: ELECTRA,
-  # then BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long).
-  local deadline rate left steps job flops
+  # Everything in ALL_MIN minutes: check, prepare, a pre-training run over the time left but
+  # fine-tuning's (--hours: compiling happens inside it, and the schedule is laid over the
+  # training time after it), fine-tuning. What WORK still holds from an earlier `all` on the
+  # same machine is not done again, and the run is the next one not done yet: ELECTRA, then
+  # BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long). The bench is a stage of
+  # its own: compiling the step for it would cost `all` minutes a second time.
+  local deadline left flops
   deadline=$((SECONDS + $(awk "BEGIN { print int(${ALL_MIN} * 60) }")))
   echo "all: $ALL_MIN minutes, until $(date -u -d "+$((deadline - SECONDS)) seconds" +%H:%M:%S) UTC" \
     | tee -a "$RES/summary.txt"
   [ -f "$WORK/compile_ok" ] || stage_check || true    # (no verdict: eager this time, checked again next time)
   ensure_corpus
-  if [ ! -f "$WORK/glue/glue_done" ]; then job=electra
-  elif [ ! -f "$WORK/glue_bert/glue_done" ]; then job=bert
-  else job=long; fi
-  # the rate to size the run by: measured in this command, or by an earlier one (WORK/rate)
-  rate=$(cat "$WORK/rate" 2>/dev/null)
-  if [ -z "$rate" ]; then
-    bench_one ours                     # (each with its own LIMIT_BENCH)
-    use_compile && bench_one ours_compiled
-    bench_merge | tee -a "$RES/bench.txt"
-    rate=$(bench_rate)
-    [ -n "$rate" ] || die "the bench measured no rate to size pre-training by: see $RES/bench.txt"
-    echo "$rate" > "$WORK/rate"
-  fi
-  case $job in
-    electra) MODEL=electra; run_files "" ;;
-    bert) MODEL=bert; run_files _bert
-          flops=$(tail -n 1 "$WORK/pretrain/log.jsonl" | $PY -c "import json, sys; print(json.load(sys.stdin)['flops'])") ;;
-    long) MODEL=electra; run_files _long ;;
-  esac
-  # the steps that fit: the time left but fine-tuning's, less startup (a minute more to compile),
-  # at 80 % of the bench's rate; at least PRE_MIN s and 10 steps, even past the minutes
+  if [ ! -f "$WORK/glue/glue_done" ]; then MODEL=electra; run_files ""
+  elif [ ! -f "$WORK/glue_bert/glue_done" ]; then MODEL=bert; run_files _bert
+    flops=$(tail -n 1 "$WORK/pretrain/log.jsonl" | $PY -c "import json, sys; print(json.load(sys.stdin)['flops'])")
+  else MODEL=electra; run_files _long; fi
+  # the time left but fine-tuning's, at least PRE_MIN s even past the minutes
   left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
-  local startup=10; use_compile && startup=70
-  steps=$(awk "BEGIN { s = int($rate * ($left - $startup) * 0.8); print (s < 10 ? 10 : s) }")
-  echo "all: $job: $steps steps ($(printf %.2f "$rate") steps/s measured by the bench, $left s left before fine-tuning)" \
+  echo "all: pretrain$S: $left s ($(use_compile && echo compiled || echo eager)," \
+       "$([ -n "${flops:-}" ] && echo "BERT-Small to ELECTRA's $flops FLOPs" || echo "--hours"))" \
     | tee -a "$RES/summary.txt"
-  # (the limit, PRE_MIN past the time the steps were sized for, only guards against a bad size)
-  if [ "$job" = bert ]; then     # BERT-Small at ELECTRA's FLOPs, if they fit
+  # (the limit, PRE_MIN past the run's own deadline, only guards against a hang)
+  if [ -n "${flops:-}" ]; then        # BERT-Small at ELECTRA's FLOPs, if they fit
     pretrain 0 "$((left + PRE_MIN))" --flops "$flops"
   else
-    pretrain "$steps" "$((left + PRE_MIN))"
+    pretrain 0 "$((left + PRE_MIN))" --hours "$(awk "BEGIN { print $left / 3600 }")"
   fi || die "pre-training left no checkpoint: see $RES/pretrain$S.txt"
+  # fine-tuning: one seed per task and the smallest tasks first, unless SEEDS or TASKS say
+  [ -n "$SEEDS_GIVEN" ] || SEEDS=1
+  [ -n "$TASKS_GIVEN" ] || TASKS=rte,mrpc,cola,stsb,sst2
   stage_finetune "$((deadline - 10))"
   touch "$WORK/glue$S/glue_done"
 }

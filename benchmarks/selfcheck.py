@@ -2,6 +2,7 @@
 check that --compile trains the model train.py would train eagerly).
 
     python benchmarks/selfcheck.py                      # CUDA, Table 6's shape (batch 128 x 128)
+    python benchmarks/selfcheck.py --layers 2           # the same, 2 of its 12 layers (G's too)
     python benchmarks/selfcheck.py --device cpu --size tiny --backend aot_eager    # the CPU test
 
 Two copies of the model from the same weights take `--steps` steps on the same batches (made
@@ -18,6 +19,11 @@ only by the order of float32 sums. It passes when
   - on CUDA, Inductor ran every compiled step as a CUDA graph: a skip (a graph input that is
     written to and not marked static, machinery/step.py) is a failure here, not a note, since the
     compiled step's speed is the CUDA graph's.
+
+--layers N keeps N of the size's layers, all else the same: the compiled step is the same code
+with fewer repeats of the same layer, and compiling it takes a fraction of the time (Inductor
+compiles the whole step as one graph, every layer anew: the Table 6 step with its 12 layers ran
+past 240 s of compiling on an H200 with an empty cache; benchmarks/gpu_measure.sh checks 2).
 
 Prints one line per step and a last line `selfcheck: PASSED ...` or `selfcheck: FAILED ...`;
 exits 0 or 1 (2 for bad flags).
@@ -46,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--steps", type=cli.positive_int, default=3)
+    p.add_argument("--layers", type=cli.positive_int, default=None,
+                   help="keep this many of the size's layers (default: all of them)")
     p.add_argument("--rtol", type=cli.float_range(0, 1, accepts="a relative tolerance in (0, 1)"),
                    default=2e-3)
     p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
@@ -60,7 +68,8 @@ def main(argv=None):
     device = pick_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     cfg = replace(Config(), **SIZES[args.size])
-    cfg = replace(cfg, disc=replace(cfg.disc, dropout=0.0))     # G takes D's dropout (config.py)
+    full, layers = cfg.disc.layers, args.layers or cfg.disc.layers   # G takes D's depth and
+    cfg = replace(cfg, disc=replace(cfg.disc, dropout=0.0, layers=layers))  # dropout (config.py)
     data = bench_data(cfg)
     batches = [train.masked_batch(data, cfg, MASK_KW["electra"])[0] for _ in range(args.steps)]
     torch.manual_seed(0)
@@ -98,7 +107,9 @@ def main(argv=None):
         if skips:
             failures.append(f"Inductor ran the step without CUDA graphs {skips} time(s) "
                             "(TORCH_LOGS=cudagraphs says why)")
-    where = f"{args.size} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}, {device.type}"
+    depth = f", {layers} of its {full} layers" if args.layers else ""
+    where = (f"{args.size}{depth} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}, "
+             f"{device.type}")
     if failures:
         print(f"selfcheck: FAILED at {where}: " + "; ".join(failures))
         return 1
