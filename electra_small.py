@@ -274,6 +274,9 @@ def _main(args, dist):
     budget = f"{args.hours:g} h" if args.hours else f"{args.flops:.3g} FLOPs" if args.flops \
         else f"{args.max_steps:,} steps"
     say(f"budget {budget}; checkpoints every {args.ckpt_every_min:g} min to {ckpt_path}")
+    if device.type == "cuda" and not args.compile:
+        say("note: --compile makes the step one graph replayed as a CUDA graph: 5.6x the steps/s "
+            "of this eager step on an H200 for the Table 6 model (docs/results.md)")
     # Ctrl-C and `kill` both end in a saved checkpoint: SIGTERM raises KeyboardInterrupt too.
     # SIGINT is set explicitly as well: a shell starts background jobs (`... &`) with SIGINT
     # ignored, and Python then leaves it ignored, so `kill -INT` would not stop the run.

@@ -89,6 +89,27 @@ def test_the_whole_step_is_one_graph_compiled_once_and_equals_eager():
     assert n_graphs == [1, 1, 1] and breaks == 0
 
 
+def test_bert_small_compiles_too():
+    """--model bert --compile (the matched baseline of §3.3) goes through the same compiled step:
+    one graph, L_MLM equal to the eager step's at every step (aot_eager, as above)."""
+    torch._dynamo.reset()
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100, model="bert")
+    cfg = replace(cfg, disc=replace(cfg.disc, layers=1, dropout=0.0))
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    twin = copy.deepcopy(model)
+    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    backend, graphs = counting("aot_eager")
+    step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, CPU, "fp32", backend=backend)
+    for i, batch in enumerate(bench.make_batches(cfg, n=3)["bert"]):
+        torch.manual_seed(i)
+        eager = train.training_step(model, opt, batch, 1e-3 * (i + 1), cfg, CPU, "fp32")
+        torch.manual_seed(i)
+        compiled = step(batch, 1e-3 * (i + 1))
+        assert compiled["mlm_loss"].item() == pytest.approx(eager["mlm_loss"].item(), rel=1e-6)
+    assert len(graphs) == 1
+
+
 def test_inductor_step_equals_eager():
     """The generated kernels themselves, with eager's random numbers for the sample x̂
     (fallback_random). Dropout is off here: torch 2.11's Inductor draws dropout's masks with
