@@ -24,8 +24,8 @@ Then three lines, side by side, that say what a step costs wherever it runs (too
     eager ops per step: ours N, bert N, hf N        aten operations of one eager step (benchmarks/step_cost.py)
     activation memory at batch B: ours X MiB, ...    bytes saved for backward (benchmarks/step_cost.py)
     compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, machinery/step.py)
-and, for ours, a roofline *estimate* of its step on an H100 SXM and an RTX 4090, eager and as a
-CUDA graph, from the bytes and FLOPs of its counted operations (step_cost.roofline; docs/gpu.md
+and, for ours, a roofline *estimate* of its step on an H100 SXM, an H200 SXM and an RTX 4090,
+eager and as a CUDA graph, from the bytes and FLOPs of its counted operations (step_cost.roofline; docs/gpu.md
 says what it is worth). Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
 unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
 GPU runs one fused kernel. The compiled line comes from the compiled contender with --compile

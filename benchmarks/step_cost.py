@@ -92,9 +92,10 @@ def compile_counters():
 
 # ----------------------------------------------------------------------------- a roofline estimate
 
-# Data-sheet figures of two cards (dense, no sparsity): memory bandwidth in bytes/s and the
+# Data-sheet figures of three cards (dense, no sparsity): memory bandwidth in bytes/s and the
 # bf16 tensor-core peak with float32 accumulation in FLOP/s. An estimate's inputs, not measured.
 CARDS = {"H100 SXM": dict(bandwidth=3.35e12, peak=989e12),
+         "H200 SXM": dict(bandwidth=4.8e12, peak=989e12),
          "RTX 4090": dict(bandwidth=1.008e12, peak=165.2e12)}
 LAUNCH_S = 5e-6          # one eager kernel launch (the ~5-10 us of PyTorch's dispatch + CUDA's)
 
