@@ -4,7 +4,8 @@ teaching/make_assignment.py --autograder writes the zip beside the student copy;
 Gradescope's autograder specification asks:
 
     setup.sh          at the root: run once when Gradescope builds the image (Ubuntu 22.04 base):
-                      Python, a virtual environment, CPU-only PyTorch and requirements.txt
+                      Python, a virtual environment, CPU-only PyTorch (from PyTorch's CPU index,
+                      or the index $TORCH_INDEX_URL names) and requirements.txt
     run_autograder    at the root: run for every submission; grades /autograder/submission with
                       project/teaching/grade.py into /autograder/results/results.json, and writes
                       a results.json saying so if the grader itself cannot start
@@ -36,14 +37,18 @@ SETUP_SH = f"""#!/usr/bin/env bash
 # Ubuntu 22.04). It installs Python, a virtual environment at {VENV} with
 # CPU-only PyTorch (the default wheel brings CUDA libraries a grader never uses) and the
 # project's requirements. Nothing is downloaded later, while grading.
+# TORCH_INDEX_URL (default: PyTorch's CPU index, as Gradescope needs it) names another index for
+# the PyTorch wheel, to build this image where that index cannot be reached; pip's own settings
+# (PIP_FIND_LINKS, PIP_CONSTRAINT, ...) apply as usual.
 set -euo pipefail
+TORCH_INDEX_URL="${{TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip
 python3 -m venv {VENV}
 {VENV}/bin/pip install --no-cache-dir --upgrade pip
 {VENV}/bin/pip install --no-cache-dir "{{torch}}" \\
-    --index-url https://download.pytorch.org/whl/cpu
+    --index-url "$TORCH_INDEX_URL"
 {VENV}/bin/pip install --no-cache-dir -r /autograder/source/{PROJECT}/requirements.txt
 {VENV}/bin/python -c "import numpy, pytest, torch; print('torch', torch.__version__, 'ready')"
 # The user the submitted code runs as (teaching/runner.py's Unprivileged): not root, so it can

@@ -68,7 +68,17 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
         setup = zf.read("setup.sh").decode()
         run_script = zf.read("run_autograder").decode()
         texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
-    assert "--index-url https://download.pytorch.org/whl/cpu" in setup
+    # PyTorch's CPU index unless TORCH_INDEX_URL names another (a build where it is unreachable)
+    assert '--index-url "$TORCH_INDEX_URL"' in setup and setup.count("--index-url") == 1
+    line = next(x for x in setup.splitlines() if x.startswith("TORCH_INDEX_URL="))
+    for given, used in ((None, "https://download.pytorch.org/whl/cpu"),
+                        ("file:///srv/wheels", "file:///srv/wheels")):
+        env = {k: v for k, v in os.environ.items() if k != "TORCH_INDEX_URL"}
+        env.update({"TORCH_INDEX_URL": given} if given else {})
+        out = subprocess.run(["bash", "-c", f'{line}; echo "$TORCH_INDEX_URL"'], env=env,
+                             capture_output=True, text=True, timeout=HANG).stdout.strip()
+        assert out == used, (given, out)
+    assert subprocess.run(["bash", "-n"], input=setup, text=True, timeout=HANG).returncode == 0
     assert "requirements.txt" in setup and "http" not in run_script and "pip" not in run_script
     assert f"useradd --system --no-create-home --shell /usr/sbin/nologin {runner.USERS[0]}" in setup
     assert f"project/{HIDDEN}" in names and "project/tests/grading.json" in names
