@@ -19,17 +19,17 @@ from machinery.step import compile_step
 CPU = torch.device("cpu")
 
 
-def tiny_pair(dropout=None):
-    """Two identical tiny ELECTRAs (one block each: compiling is slow on 2 cores) with their
-    optimizers, and three batches masked as training masks them; `dropout` overrides the
-    size's."""
-    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
+def tiny_pair(dropout=None, kind="electra"):
+    """Two identical tiny ELECTRAs (or BERTs: `kind`; one block each: compiling is slow on 2
+    cores) with their optimizers, and three batches masked as training masks them; `dropout`
+    overrides the size's."""
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100, model=kind)
     cfg = replace(cfg, disc=replace(cfg.disc, layers=1, dropout=cfg.disc.dropout
                                     if dropout is None else dropout))
     torch.manual_seed(0)
     model = build_model(cfg)
     twin = copy.deepcopy(model)
-    return (cfg, bench.make_batches(cfg, n=3)["electra"], model,
+    return (cfg, bench.make_batches(cfg, n=3)[kind], model,
             train.make_optimizer(model, cfg, CPU), twin, train.make_optimizer(twin, cfg, CPU))
 
 
@@ -93,15 +93,10 @@ def test_bert_small_compiles_too():
     """--model bert --compile (the matched baseline of §3.3) goes through the same compiled step:
     one graph, L_MLM equal to the eager step's at every step (aot_eager, as above)."""
     torch._dynamo.reset()
-    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100, model="bert")
-    cfg = replace(cfg, disc=replace(cfg.disc, layers=1, dropout=0.0))
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    twin = copy.deepcopy(model)
-    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    cfg, batches, model, opt, twin, twin_opt = tiny_pair(dropout=0.0, kind="bert")
     backend, graphs = counting("aot_eager")
     step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, CPU, "fp32", backend=backend)
-    for i, batch in enumerate(bench.make_batches(cfg, n=3)["bert"]):
+    for i, batch in enumerate(batches):
         torch.manual_seed(i)
         eager = train.training_step(model, opt, batch, 1e-3 * (i + 1), cfg, CPU, "fp32")
         torch.manual_seed(i)
