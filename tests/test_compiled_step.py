@@ -251,3 +251,27 @@ def test_compiling_is_not_schedule_time_so_the_warm_up_survives_it(data_dir, tmp
     assert recs[-1]["elapsed_s"] >= hours * 3600
     said = capsys.readouterr().out
     assert "step 1: compiling, the first batch took" in said and "not counted" in said
+
+
+def test_the_self_check_passes_and_fails_where_it_should(monkeypatch, capsys):
+    """benchmarks/selfcheck.py at the tiny size (aot_eager): PASSED as it is, and FAILED with
+    exit 1 when the compiled step loses one update (step 2 at learning rate 0): its default
+    learning rates (1e-4, 2e-4, 3e-4) move L_Disc by far more than its tolerance."""
+    from benchmarks import selfcheck
+    argv = ["--device", "cpu", "--size", "tiny", "--backend", "aot_eager"]
+    torch._dynamo.reset()
+    assert selfcheck.main(argv) == 0 and "selfcheck: PASSED" in capsys.readouterr().out
+    real = selfcheck.compile_step
+
+    def losing_step_2(*args, **kwargs):
+        step, calls = real(*args, **kwargs), []
+
+        def lossy(batch, lr):
+            calls.append(lr)
+            return step(batch, 0.0 if len(calls) == 2 else lr)
+        return lossy
+    monkeypatch.setattr(selfcheck, "compile_step", losing_step_2)
+    torch._dynamo.reset()
+    assert selfcheck.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "selfcheck: FAILED" in out and "losses differ" in out
