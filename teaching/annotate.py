@@ -12,7 +12,7 @@ becomes one page, built from the source itself so that the notes cannot drift fr
     a name, a file, a section             -> a link to its definition, page, or the paper
 
 Between the notes, what a reader would rather see than read, all of it generated, none drawn
-by hand (FIGURES): Figure 2 with the tensors of a real checkpoint, one real step as a table of
+by hand (teaching/figures.py): Figure 2 with the tensors of a real checkpoint, one real step as a table of
 tokens (docs/one_step.json, written by teaching/one_step.py), the plateau of a real laptop run
 (docs/plateau_run.png, drawn by plot_results.py --plateau from a real log) and GLUE against
 compute.
@@ -45,8 +45,10 @@ if not __package__:   # run as a path (python teaching/annotate.py): import from
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
+from teaching.figures import FIGURES, step_table
 from teaching.links import OFFICIAL, PAPER, Links, definitions
 from teaching.mathml import MATH_DISPLAY, MATH_INLINE, PLACE, MathError, mathml
+from teaching.page_style import PAGE, STYLE
 
 ROOT = Path(__file__).resolve().parents[1]                 # the project root
 
@@ -57,89 +59,6 @@ READING_PATH = ["objectives.py", "generator.py", "discriminator.py", "encoder.py
 
 TITLE = "The Annotated ELECTRA"
 MARKER = ".annotated-electra"       # in a built folder: a rebuild may replace that folder
-
-
-@dataclass
-class Figure:
-    """A generated picture (or table) shown across both columns of a page, after its intro."""
-    src: str                # a file under the project root: a .png, or docs/one_step.json
-    caption: str            # what it shows and the command that made it (Markdown)
-    alt: str = ""
-
-
-# What a reader would rather see than read, and on which page. Every one is generated from a
-# real run; its caption says by which command.
-FIGURES = {
-    "index": [Figure(
-        "docs/figure2.png",
-        "The paper's Figure 2 drawn from the tensors of the quick start's checkpoint (3,000 steps "
-        "on the demo corpus, the run on the train.py page): the README quick start's one-block, "
-        "128-wide laptop-size D on 16-token sequences with an 8,192-token vocabulary (config.py "
-        "`SIZES[\"laptop\"]`), not ELECTRA-Small. The sentence is from the corpus's validation "
-        "text; m is the seeded 15 % draw of a training step (seed 0), not chosen by hand. G "
-        "samples \"copy\" for \"Return\" and \"class\" for \"over\"; D gives them P(replaced) "
-        "0.77 and 0.91 and every original token 0.40 or less, so at its 0.5 threshold it is right "
-        "on every token. Such a step was picked to show D at work, and said so: of the 103 short "
-        "prose sentences of the validation text, each drawn at seed 0, D is right on every token "
-        "in 20 and ranks every replaced token above every original one in 46; over all 103, "
-        "replaced tokens average 0.43 and original ones 0.09 (this D catches 41.8 % of the "
-        "replaced tokens at 0.5). This sentence was chosen by hand among the 20 for its two "
-        "whole-word replacements (docs/annotated.md). At 3,000 steps G is still weak: its top "
-        "guesses are frequent tokens. Drawn by `python analysis/inspect_discriminator.py figure2 "
-        "--ckpt out/ckpt.pt \"Return the product of array elements over a given axis.\" --mask "
-        "draw --seed 0`.",
-        "Figure 2 with real tensors")],
-    "objectives.py": [Figure(
-        "docs/one_step.json",
-        "One real step on one short sentence: the tensors of the mask step and of sample and "
-        "corrupt, and D's verdict, from the quick start's checkpoint (3,000 steps; D left what "
-        "this project calls the plateau - the phase in which it answers \"real\" everywhere - at "
-        "step 1,300, the run drawn on the train.py page) - the step Figure 2 on the index "
-        "draws. m is the seeded draw a training step makes (seed 0: 2 of the 11 tokens); G's "
-        "samples \"copy\" and \"class\" replace \"Return\" and \"over\", and D gives them "
-        "P(replaced) 0.77 and 0.91 against 0.40 or less for every original token. A sample equal "
-        "to the original would count as real. The sentence is from the demo corpus's validation "
-        "text, picked among those where D is right on every token (how, and how often that "
-        "happens: docs/annotated.md). Written by `python teaching/one_step.py --ckpt "
-        "out/ckpt.pt` (the sentence and seed 0 are its defaults; command, checkpoint and date in "
-        "docs/one_step.json).",
-        "one step as a table")],
-    "train.py": [Figure(
-        "docs/plateau_run.png",
-        "The plateau, from the log of the quick start's own run (`python electra_small.py "
-        "--size laptop --max_steps 3000` on two threads throughout, which `--threads 2` "
-        "repeats: one block of D, 8k vocabulary, the demo corpus; 2-core AMD EPYC, "
-        "AVX512-BF16, bf16, beside other jobs, 2026-11-26; the default, which picks its "
-        "threads while it runs, left the plateau at step 1,100 there). For a thousand "
-        "steps D answers almost everything \"real\": it catches under 10 % of the replaced "
-        "tokens (0.5 % at step 200, 6.2 % at 1,000; the low red line below), while L_Disc "
-        "already falls under the plateau's loss H(r), and under 0.9 H(r) by about step 800 "
-        "(above): D ranks replaced tokens higher before it is sure enough to call them "
-        "replaced. At step 1,300 recall passes 10 % and D leaves the plateau by the trainer's "
-        "rule (recall 13.5 %, L_Disc 0.293 below 0.9 H(r) = 0.325), and recall climbs to 41.8 % at 75.9 % precision "
-        "by step 3,000. Drawn by `python plot_results.py --plateau out/log.jsonl`; the run in "
-        "docs/annotated.md, the why in docs/plateau.md.", "L_Disc and D's recall against steps")],
-    "flops.py": [Figure(
-        "docs/cpu_electra_vs_bert_glue_vs_flops.png",
-        "GLUE against pre-training compute: this project's ELECTRA and BERT, the laptop recipe "
-        "trained for 45 minutes each on one CPU core (2-core AMD EPYC, AVX2, float32, 2026-11-24; "
-        "5 GLUE tasks subsampled, median of 3 seeds: ELECTRA 34.9, this project's laptop-size BERT "
-        "41.0), with the paper's Table 1 drawn for scale (all 8 tasks: ELECTRA-Small 79.9 and "
-        "BERT-Small 75.1 at 1.4e18 FLOPs, ELECTRA-Small after 6 hours, 6.25 % of its training, "
-        "74.1 at 8.9e16). Here BERT leads, the opposite of the paper, at about 1/2,500 of the "
-        "paper's compute by the paper's own count (1/3,900 for BERT). ELECTRA's D first sat for "
-        "1,000-2,000 of its 13,822 steps on what this project calls the plateau, answering "
-        "\"real\" everywhere, the majority class (the paper's own D \"would sometimes fail to "
-        "learn at all beyond the majority class\" in two-stage training when not started from G's "
-        "weights, §3.2), and what it had learned by the end (which neighbour fits; 45 % of the "
-        "replaced tokens caught) helped these tasks less than BERT's masked LM at 37 % accuracy: "
-        "one reading, not tested here; the paper's smallest point used 160 times this compute, so "
-        "the figure does not test its claim. Table 1 prints 1.4e18 for both models; the official "
-        "code's flops_computation.py gives 1.294e18 for ELECTRA-Small and 1.419e18 for BERT-Small. "
-        "Drawn by `python plot_results.py --results docs/glue_vs_flops/electra.json "
-        "docs/glue_vs_flops/bert.json` (the runs' commands in docs/results.md).",
-        "GLUE dev score against pre-training FLOPs")],
-}
 
 
 class AnnotateError(Exception):
@@ -356,101 +275,6 @@ def notes_html(markdown, text, links):
 
 # ----------------------------------------------------------------------------- pages
 
-PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="teaching/annotate.py">
-<title>{title}</title>
-<link rel="stylesheet" href="style.css">
-</head>
-<body>
-<nav class="top">{nav}</nav>
-{body}
-<nav class="bottom">{nav}</nav>
-</body>
-</html>
-"""
-
-STYLE = """/* The Annotated ELECTRA: written by teaching/annotate.py (edit it there, not here). */
-*, *::before, *::after { box-sizing: border-box; }
-body { margin: 0; font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans",
-       sans-serif; color: #1d1d1f; background: #fff; }
-a { color: #0b57d0; }
-nav { display: flex; flex-wrap: wrap; gap: .4em 1.2em; align-items: baseline;
-      padding: .6em 1.2rem; background: #f4f4f6; border-bottom: 1px solid #ddd; font-size: .95em; }
-nav.bottom { border-top: 1px solid #ddd; border-bottom: none; margin-top: 2em; }
-nav .home { font-weight: 600; margin-right: auto; }
-header.intro, .wide, .index { max-width: 62rem; margin: 0 auto; padding: 1rem 1.2rem; }
-h1 { font-size: 1.8em; margin: .4em 0 .2em; }
-h1 code { font-size: .95em; }
-.lead { font-size: 1.12em; color: #333; }
-code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
-p code, li code, td code { background: #f1f1f4; padding: 0 .2em; border-radius: 3px; }
-header.intro pre, .notes pre { background: #f7f7f9; border-left: 3px solid #c9c9d6;
-      padding: .5em .8em; overflow-x: auto; line-height: 1.4; }
-figure { margin: 1.5em auto; max-width: 62rem; padding: 0 1.2rem; }
-figure.table { max-width: 84rem; }
-figure img { display: block; max-width: 100%; height: auto; margin: 0 auto;
-             border: 1px solid #e4e4e8; }
-figcaption { font-size: .92em; color: #444; margin-top: .5em; }
-.table-scroll { overflow-x: auto; border: 1px solid #e4e4e8; width: fit-content; max-width: 100%; }
-table.step { border-collapse: collapse; font-size: 14px; margin: 0; }
-table.step th, table.step td { padding: .25em .5em; border-bottom: 1px solid #eee;
-      text-align: center; white-space: nowrap; }
-table.step th { text-align: left; background: #f7f7f9; position: sticky; left: 0; }
-table.step td.m { background: #fff3c4; }
-table.step td.replaced { background: #ffd6d6; font-weight: 600; }
-/* The two columns: notes left, code right; a narrow window stacks them (see @media). */
-main { border-top: 1px solid #e4e4e8; }
-.section { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3.3fr);
-           border-bottom: 1px solid #f0f0f3; }
-.notes { padding: .4em 1.4em .4em 1.2rem; font-size: .95em; }
-.notes p:first-child { margin-top: .5em; }
-.code { background: #f8f8fa; border-left: 1px solid #e4e4e8; min-width: 0; }
-.code pre { margin: 0; padding: .6em 1em; overflow-x: auto; line-height: 1.45; }
-.code .line { display: block; text-align: right; padding: .25em .6em 0; margin-bottom: -.4em;
-              font-size: 11px; line-height: 1.2; color: #999; font-family: system-ui, sans-serif;
-              text-decoration: none; }
-h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background: #fff;
-            border-bottom: 2px solid #e4e4e8; }
-ol.path li { margin: .5em 0; }
-/* Typeset math: a display equation scrolls in its own box, never the page. */
-.math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
-/* A font with OpenType MATH tables draws a display ∑ large, its limits clear of it: macOS and
-   iOS have STIX Two Math, Windows Cambria Math, Linux DejaVu Math TeX Gyre (Debian's
-   fonts-dejavu-extra) or Latin Modern Math. Chromium's generic `math` alone found none here. */
-math { font-size: 1em; font-family: "STIX Two Math", "Cambria Math", "Latin Modern Math",
-       "DejaVu Math TeX Gyre", "Libertinus Math", "Noto Sans Math", math; }
-math[display="block"] { margin: .2em 0; }
-/* Without such a font the limits of ∑ would touch it: a gap of their own, small enough
-   beside a MATH font's. */
-munderover > :nth-child(3), mover > :nth-child(2) { padding-bottom: .15em; }
-munderover > :nth-child(2), munder > :nth-child(2) { padding-top: .1em; }
-mtd { text-align: left; padding: .2em 1em .2em 0; math-style: normal; }
-mtext { white-space: nowrap; }    /* Chromium drops the second line of a wrapped mtext */
-mtr:has(munder, munderover, mover) > mtd { padding-block: .4em; }   /* limits: room */
-details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
-                color: #444; background: #fafafc; }
-details.aside summary { cursor: pointer; color: #666; font-size: .9em; }
-ol.path .file { font-weight: 600; }
-/* A table among the notes (ablations.py's flags): rows ruled, cells top-aligned, and on a
-   phone it scrolls in its own box rather than crushing its columns. */
-header.intro table, .notes table { border-collapse: collapse; margin: .8em 0; display: block;
-      overflow-x: auto; max-width: 100%; }
-header.intro th, header.intro td, .notes th, .notes td { text-align: left; vertical-align: top;
-      padding: .3em .8em .3em 0; border-bottom: 1px solid #e4e4e8; }
-header.intro th, .notes th { border-bottom: 2px solid #d4d4de; }
-@media (max-width: 56rem) {
-  .section { grid-template-columns: minmax(0, 1fr); }
-  .code { border-left: none; border-top: 1px solid #e4e4e8; }
-  .notes { padding: .3em 1rem; }
-  body { font-size: 15px; }
-}
-"""
-
-
 def markdown_html(markdown, text):
     """Markdown -> HTML with Python-Markdown (fenced and indented blocks as written)."""
     return markdown.markdown(text, extensions=["fenced_code", "tables"], output_format="html")
@@ -479,36 +303,13 @@ def nav(k):
     return " ".join(parts)
 
 
-def step_table(data):
-    """docs/one_step.json -> an HTML table: one row per tensor, one column per position."""
-    rows = data["rows"]
-    m = set(data["m"])
-    out = ['<div class="table-scroll"><table class="step">']
-    out.append("<tr><th>t</th>" + "".join(f"<td>{t}</td>" for t in range(len(rows["x"]))) + "</tr>")
-    for name, label in [("x", "x"), ("m", "m"), ("x_masked", "x_masked"), ("x_hat", "x̂ ~ p_G"),
-                        ("x_corrupt", "x_corrupt"), ("is_replaced", "is_replaced"),
-                        ("p_replaced", "1 − D(x_corrupt, t)")]:
-        cells = []
-        for t, v in enumerate(rows[name]):
-            cls = []
-            if t in m and name in ("m", "x_masked", "x_hat"):
-                cls.append("m")
-            if name in ("x_corrupt", "is_replaced") and rows["is_replaced"][t]:
-                cls.append("replaced")
-            attr = f' class="{" ".join(cls)}"' if cls else ""
-            cells.append(f"<td{attr}>{html.escape(str(v))}</td>")
-        out.append(f"<tr><th>{html.escape(label)}</th>{''.join(cells)}</tr>")
-    out.append("</table></div>")
-    return "\n".join(out)
-
-
 def figure_html(fig, markdown, root, out, links):
     """A figure block, its caption linked as the notes are; copies its image into out/figures/.
     AnnotateError if it is missing."""
     src = root / fig.src
     if not src.is_file():
         raise AnnotateError(f"{fig.src}: missing; it is generated (see FIGURES in "
-                            "teaching/annotate.py for its command)")
+                            "teaching/figures.py for its command)")
     caption = notes_html(markdown, fig.caption, links)
     if src.suffix == ".json":
         data = json.loads(src.read_text(encoding="utf-8"))

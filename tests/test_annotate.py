@@ -32,7 +32,8 @@ from conftest import HANG, ROOT, run_cli, save_tiny
 
 sys.path.insert(0, str(ROOT))
 from teaching import annotate, links, mathml  # noqa: E402
-from teaching.annotate import FIGURES, READING_PATH  # noqa: E402
+from teaching.annotate import READING_PATH  # noqa: E402
+from teaching.figures import FIGURES  # noqa: E402
 
 try:
     import markdown  # noqa: F401
