@@ -39,8 +39,9 @@ from ablations import build_model
 from batches import PretrainingData, load_split
 from data import DataError, load_meta, read_documents
 from glue import GlueError
-from analysis.analyses import InspectError, attention, calibration, cola, d_probs, encode, mlm_accuracy, \
-    mlm_candidates, pieces, save_png, scoring, shown, sst2
+from analysis.analyses import InspectError, attention, calibration, cola, d_probs, encode, \
+    pieces, save_png, scoring, shown, sst2
+from analysis.appendix_g import mlm_accuracy, mlm_candidates
 from analysis.figure2 import DRAW, choose_positions, figure2, top_text
 from analysis.representations import compare
 from analysis import token_groups

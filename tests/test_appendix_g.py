@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from analysis import analyses
+from analysis import appendix_g
 from analysis import inspect_discriminator as insp
 from machinery.checkpoint import save_checkpoint
 from conftest import run_cli, save_tiny
@@ -16,7 +16,7 @@ A = 0.85 / 0.15                         # a = (1 - p_mask) / p_mask at 15 % mask
 
 
 def score(d, p, mask_prob=0.15):
-    return analyses.appendix_g_score(torch.tensor(d, dtype=torch.float64),
+    return appendix_g.appendix_g_score(torch.tensor(d, dtype=torch.float64),
                                      torch.tensor(p, dtype=torch.float64), mask_prob)
 
 
@@ -53,17 +53,17 @@ def test_the_optimal_d_gives_back_p_data():
         p_data = torch.rand(1000, generator=g, dtype=torch.float64)
         p_g = torch.rand(1000, generator=g, dtype=torch.float64).clamp(min=1e-6)
         d = p_data * (a + p_g) / (a * p_data + p_g)
-        assert torch.allclose(analyses.appendix_g_score(d, p_g, mask_prob), p_data, rtol=1e-9,
+        assert torch.allclose(appendix_g.appendix_g_score(d, p_g, mask_prob), p_data, rtol=1e-9,
                               atol=1e-12)
 
 
 def test_a_d_that_tells_nothing_apart_keeps_gs_ranking():
     p_g = torch.tensor([0.5, 0.2, 0.1, 0.05, 0.01])
     for d in (0.1, 0.5, 0.85, 0.99):
-        s = analyses.appendix_g_score(torch.full_like(p_g, d), p_g)
+        s = appendix_g.appendix_g_score(torch.full_like(p_g, d), p_g)
         assert (s[:-1] > s[1:]).all(), d                  # same order as p_G
     # ... and a D that does tell them apart can overturn it: G's second choice, called real
-    s = analyses.appendix_g_score(torch.tensor([0.2, 0.99]), torch.tensor([0.5, 0.2]))
+    s = appendix_g.appendix_g_score(torch.tensor([0.2, 0.99]), torch.tensor([0.5, 0.2]))
     assert s.argmax() == 1
 
 
@@ -102,7 +102,7 @@ def test_batched_candidates_equal_one_d_pass_per_candidate(ckpts, tok):
     x = torch.randint(4, tok.vocab_size, (3, 12), generator=g)
     x[:, 0], x[:, -1] = tok.cls_id, tok.sep_id
     t = torch.tensor([1, 5, 10])
-    cand, p_g, d_real, s = analyses.mlm_candidates(model, x, t, torch.ones_like(x, dtype=bool),
+    cand, p_g, d_real, s = appendix_g.mlm_candidates(model, x, t, torch.ones_like(x, dtype=bool),
                                                    topk=7, mask_id=tok.mask_id)
     assert cand.shape == p_g.shape == d_real.shape == s.shape == (3, 7)
     assert (p_g[:, :-1] >= p_g[:, 1:]).all()                       # G's top-k, best first
@@ -112,7 +112,7 @@ def test_batched_candidates_equal_one_d_pass_per_candidate(ckpts, tok):
             xc[0, t[b]] = cand[b, j]                                # the candidate in place
             d = 1 - torch.sigmoid(model.discriminator(xc)[0, t[b]].float())
             assert float(d_real[b, j]) == pytest.approx(float(d), abs=1e-5)
-    assert torch.allclose(s, analyses.appendix_g_score(d_real, p_g))
+    assert torch.allclose(s, appendix_g.appendix_g_score(d_real, p_g))
 
 
 @torch.inference_mode()
@@ -124,14 +124,14 @@ def test_d_drives_the_pick_in_the_right_direction(ckpts, tok):
     true_id = 50
     seqs = [([tok.cls_id] + [true_id] * n + [tok.sep_id], None) for n in range(1, 30)]
     model.discriminator = StandInD(true_id)
-    r = analyses.mlm_accuracy(model, tok, seqs, topk=tok.vocab_size)
+    r = appendix_g.mlm_accuracy(model, tok, seqs, topk=tok.vocab_size)
     assert r["n"] == 29 and r["upper_acc"] == 1.0 and r["electra_acc"] == 1.0
-    small = analyses.mlm_accuracy(model, tok, seqs, topk=3)
+    small = appendix_g.mlm_accuracy(model, tok, seqs, topk=3)
     assert small["electra_acc"] == small["upper_acc"] and small["g_acc"] <= small["upper_acc"]
     model.discriminator = StandInD(true_id, flip=True)
-    assert analyses.mlm_accuracy(model, tok, seqs, topk=20)["electra_acc"] == 0.0
+    assert appendix_g.mlm_accuracy(model, tok, seqs, topk=20)["electra_acc"] == 0.0
     model.discriminator = StandInD(const=0.3)
-    r = analyses.mlm_accuracy(model, tok, seqs, topk=20)
+    r = appendix_g.mlm_accuracy(model, tok, seqs, topk=20)
     assert r["electra_acc"] == r["g_acc"] and r["fixed"] == r["broken"] == 0
 
 
