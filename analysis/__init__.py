@@ -10,6 +10,7 @@
     representations.py         linear CKA and linear probes, layer by layer (`compare`)
     token_groups.py            tokens grouped by what the tokenizer and the text tell (`tokens`)
     serve.py                   the sentence view and one step in the browser: a local page
+    serve_view.py              that page's model side: the checkpoint and a request's fields
     serve_page.py              that page's HTML: the form, the coloured tokens, the step's rows
 
     python analysis/inspect_discriminator.py all --ckpt out/ckpt.pt --data data/NAME
