@@ -6,7 +6,7 @@
                                BERT) and `tokens` (which tokens D distrusts)
     figure2.py                 Figure 2 with real tensors: one step of G and D on your text
     analyses.py                the measurements behind the first commands
-    appendix_g.py              D and G as a masked language model (Appendix G: `mlm`)
+    appendix_g.py              D and G as a masked language model (Appendix G): `mlm`
     representations.py         linear CKA and linear probes, layer by layer (`compare`)
     token_groups.py            tokens grouped by what the tokenizer and the text tell (`tokens`)
     serve.py                   the sentence view and one step in the browser: a local page

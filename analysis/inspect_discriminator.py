@@ -41,7 +41,7 @@ from data import DataError, load_meta, read_documents
 from glue import GlueError
 from analysis.analyses import InspectError, attention, calibration, cola, d_probs, encode, \
     pieces, save_png, scoring, shown, sst2
-from analysis.appendix_g import mlm_accuracy, mlm_candidates
+from analysis.appendix_g import mlm, mlm_sentence
 from analysis.figure2 import DRAW, choose_positions, figure2, top_text
 from analysis.representations import compare
 from analysis import token_groups
@@ -255,66 +255,6 @@ def load_bert(path, tok):
         raise InspectError(f"--bert {path}: another tokenizer than --ckpt's; the two models must "
                            "be trained on the same prepared data to predict the same tokens")
     return build_loaded(cfg, ckpt, f"--bert {path}")
-
-
-def mlm_sentence(model, tok, cfg, text, mask_items, k, bert=None, rows=10):
-    """Each chosen token masked alone: G's best candidates and Appendix G's, side by side."""
-    x = encode(tok, text, cfg.seq_len)
-    toks = pieces(tok, x)
-    pos = choose_positions(toks, mask_items)
-    if not pos:
-        raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
-    res = []
-    for t in pos:
-        xt, tt = torch.tensor([x]), torch.tensor([t])
-        cand, p_g, d_real, score = mlm_candidates(model, xt, tt, topk=k, mask_id=tok.mask_id,
-                                                  mask_prob=cfg.mask_prob)
-        order = score[0].argsort(descending=True)
-        n = min(rows, k)
-        g_col = [f"{shown(w)!s:>12} {p:.3f}" for w, p in
-                 zip(pieces(tok, cand[0, :n]), p_g[0, :n].tolist())]
-        e_col = [f"{shown(w)!s:>12} {s:.3f} (D {d:.2f})" for w, s, d in
-                 zip(pieces(tok, cand[0, order[:n]]), score[0, order[:n]].tolist(),
-                     d_real[0, order[:n]].tolist())]
-        head = f"{'G: p_G(x | c)':>18}   {'ELECTRA: Appendix G p_data(x | c)':<34}"
-        b_col = None
-        if bert is not None:
-            xm = xt.clone()
-            xm[0, t] = tok.mask_id
-            pb, ib = torch.softmax(bert.mlm(xm, tt[:, None])[0, 0].float(), -1).topk(n)
-            b_col = [f"{shown(w)!s:>12} {p:.3f}" for w, p in zip(pieces(tok, ib), pb.tolist())]
-            head += f" {'BERT: p(x | c)':>18}"
-        print(f"{t - 1:>3} {toks[t]!r} masked in: " + " ".join(
-            shown(w) if j != t else "[MASK]" for j, w in enumerate(toks)) + "\n" + head)
-        for r in range(n):
-            print(f"{r + 1:>3} {g_col[r]}   {e_col[r]:<34}" + (f" {b_col[r]}" if b_col else ""))
-        hit = (cand[0] == x[t]).nonzero().flatten().tolist()
-        print(f"    the masked token {shown(toks[t])!r}: " + (
-            f"rank {hit[0] + 1} of p_G, rank {int((order == hit[0]).nonzero()[0]) + 1} by "
-            f"Appendix G (D {float(d_real[0, hit[0]]):.2f})" if hit else
-            f"not in G's top-{k}, so Appendix G cannot pick it"))
-        res.append(dict(position=t - 1, token=toks[t], g=pieces(tok, cand[0, :n]),
-                        electra=pieces(tok, cand[0, order[:n]])))
-    return res
-
-
-def mlm(model, tok, cfg, seqs, k, seed, bert, out):
-    """The accuracies of G, ELECTRA (Appendix G) and BERT at one masked token per sequence."""
-    r = mlm_accuracy(model, tok, seqs, k, seed, bert, cfg.mask_prob)
-    rows = [("(a) G alone, argmax p_G", r["g_acc"], ""),
-            (f"(b) ELECTRA, Appendix G over G's top-{k}", r["electra_acc"],
-             f"  (G's answer fixed {r['fixed']} times, broken {r['broken']})"),
-            (f"(c) true token in G's top-{k} (bound for b)", r["upper_acc"], "")]
-    if bert is not None:
-        rows.append(("(d) BERT, argmax p(x | c)", r["bert_acc"], ""))
-    w = max(len(row[0]) for row in rows)
-    print(f"masked LM on {r['n']} held-out sequences, one real token masked in each (seed "
-          f"{seed}): top-1 accuracy\n" + "\n".join(f"  {name:<{w}} {100 * acc:5.1f} %{note}"
-                                                 for name, acc, note in rows))
-    path = out / "mlm.json"
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(r, indent=1)))
-    print(f"wrote {path}")
-    return r
 
 
 def token_counts(args, tok, seqs):
