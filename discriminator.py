@@ -9,8 +9,8 @@ the probability that $x_t$ is real, trained on L_Disc over *all* n tokens, not o
 that were masked: the paper's point (§3.5). The official code (run_pretraining.py,
 `_get_discriminator_output`) puts a dense layer with GELU before w, and its logit scores
 "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the same classifier with w's sign flipped. This
-code does both: the dense layer with GELU, and a logit that scores "replaced". After pre-training G is thrown away and D is fine-tuned
-(finetune_glue.py).
+code does both: the dense layer with GELU, and a logit that scores "replaced". After
+pre-training G is thrown away and D is fine-tuned (finetune_glue.py).
 """
 import torch.nn as nn
 import torch.nn.functional as F

@@ -2,8 +2,8 @@
 
 The paper says (Figure 2's caption) "we throw out the generator and only fine-tune the
 discriminator", with "simple linear classifiers on top" (§3.1). This code puts one linear
-layer on D's [CLS] vector, trains everything with Table 7's Small column (`HPARAMS`; 3
-epochs, 10 for RTE and STS-B) and, with `--seeds 10` (default 1), takes the median of 10
+layer on D's [CLS] vector, trains everything with Table 7's values for Small (`HPARAMS`;
+3 epochs, 10 for RTE and STS-B) and, with `--seeds 10` (default 1), takes the median of 10
 seeds, as §3.1 reports. From the official code, not the paper: Adam without bias correction
 (optim.py) and the layer-decay exponents (`layerwise_param_groups`). Not from it: its weight
 decay 0.01 and learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0
@@ -39,7 +39,7 @@ from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, 
 from optim import make_adam
 from machinery.tokenizer import Tokenizer
 
-# Table 7's Small column, in one place.
+# Table 7's values for Small, in one place (its one column gives some per model size).
 HPARAMS = dict(lr=3e-4, layer_decay=0.8, adam_betas=(0.9, 0.999), adam_eps=1e-6,
                weight_decay=0.0, warmup_frac=0.1, batch_size=32, dropout=0.1, max_len=128,
                grad_clip=1.0,          # global-norm clipping at 1.0, as the official optimizer

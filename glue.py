@@ -1,9 +1,9 @@
 """GLUE: the eight tasks of the paper's evaluation (§3.1, Appendix C), their readers and metrics.
 
 The paper reports Matthews correlation for CoLA, Spearman correlation for STS and accuracy
-for the others, without WNLI (§3.1, Appendix B). This code adds CoLA's accuracy, MNLI's
-mismatched accuracy, F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are GLUE's standard
-layout (GLUE_DIR/CoLA/train.tsv ...).
+for the others (§3.1), without WNLI (Appendix B). This code adds CoLA's accuracy, MNLI's
+mismatched accuracy, F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are
+GLUE's standard layout (GLUE_DIR/CoLA/train.tsv ...).
 """
 import os
 import shutil

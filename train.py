@@ -40,9 +40,9 @@ class TrainingDiverged(Exception):
 
 
 def make_optimizer(model, cfg, device):
-    """Adam with decoupled weight decay (Table 6), none for biases and LayerNorm, as the
-    official code; cfg.optimizer "official" (no bias correction: optim.py) or "torch"
-    (torch.optim.AdamW)."""
+    """Adam with weight decay 0.01 (Table 6); the decay decoupled and none for biases and
+    LayerNorm, as the official code (model/optimization.py); cfg.optimizer "official" (no bias
+    correction: optim.py) or "torch" (torch.optim.AdamW)."""
     return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
                      cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
 
