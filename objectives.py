@@ -121,13 +121,15 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
 # ============================================================================ 2. sample and corrupt
 
 def sample(logits, generator: torch.Generator = None):
-    """$x̂_i ∼ p_G(x_i | x^masked)$: one token per slot from softmax(logits), temperature 1.
+    """$x̂_i ∼ p_G(x_i | x^masked)$: one token per slot from softmax(logits), at temperature 1
+    as the official code (configure_pretraining.py; Appendix H: a higher one did not help).
 
-    No gradient goes back through it (§2): the logits are detached.
+    No gradient goes back through it (§2): the logits are detached. By default training draws
+    from the same p_G in machinery/mlm_output.py, fused with L_MLM for speed (`--plain_mlm`
+    runs this function).
 
     Engineering: the contract: logits (..., V) -> int64 ids (...), one exact sample per row,
-    safe for logits up to ±1000, reproducible from `generator`, in float32. Training draws it
-    by default in machinery/mlm_output.py, with L_MLM (`--plain_mlm`: this)."""
+    safe for logits up to ±1000, reproducible from `generator`, in float32."""
     # BEGIN ASSIGNMENT sample
     # This code inverts the CDF: the first token whose CDF exceeds a uniform u. Token i comes
     # out exactly when $CDF(i-1) <= u < CDF(i)$, with probability $p_i$. The official code
@@ -249,7 +251,8 @@ class ELECTRA(Pretraining):
         # the sample (§2); only the shared embeddings get both losses.
         with torch.no_grad():
             x_corrupt, is_replaced = corrupt(x, masked, x_hat)
-        # D labels every non-padding token of x_corrupt, not only the 15 % in m (§3.5).
+        # D labels every non-padding token of x_corrupt, not only the 15 % in m: L_Disc sums
+        # over $t = 1, …, n$ (§2), and §3.5 measures what that is worth.
         scored = real_tokens(x, pad_mask)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
                                                   **inp)
