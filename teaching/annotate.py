@@ -373,7 +373,7 @@ $$ m = k "random positions of" x
    x^masked = REPLACE(x, m, [MASK])
    x̂_i ∼ p_G(x_i | x^masked) for i ∈ m
    x^corrupt = REPLACE(x, m, x̂)
-   min_{θ_G, θ_D} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
+   min_{θ_G, θ_D} sum_{x ∈ X} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
 
 The pages show that step as this project's code, with notes that say whose word they give:
 *the paper says* (linked to its page), *the official code does* (google-research/electra,

@@ -10,6 +10,8 @@ them.
 import html
 from dataclasses import dataclass
 
+from teaching.mathml import mathml
+
 
 @dataclass
 class Figure:
@@ -65,12 +67,13 @@ FIGURES = {
         "threads while it runs, left the plateau at step 1,100 there). For a thousand "
         "steps D answers almost everything \"real\": it catches under 10 % of the replaced "
         "tokens (0.5 % at step 200, 6.2 % at 1,000; the low red line below), while L_Disc "
-        "already falls under the plateau's loss H(r), and under 0.9 H(r) by about step 800 "
-        "(above): D ranks replaced tokens higher before it is sure enough to call them "
+        "already falls under the plateau's loss $H(r)$, and under $0.9 H(r)$ by about step "
+        "800 (above): D ranks replaced tokens higher before it is sure enough to call them "
         "replaced. At step 1,300 recall passes 10 % and D leaves the plateau by the trainer's "
-        "rule (recall 13.5 %, L_Disc 0.293 below 0.9 H(r) = 0.325), and recall climbs to 41.8 % at 75.9 % precision "
-        "by step 3,000. Drawn by `python plot_results.py --plateau out/log.jsonl`; the run in "
-        "docs/annotated.md, the why in docs/plateau.md.", "L_Disc and D's recall against steps")],
+        "rule (recall 13.5 %, $L_Disc = 0.293$ below $0.9 H(r) = 0.325$), and recall climbs to "
+        "41.8 % at 75.9 % precision by step 3,000. Drawn by `python plot_results.py --plateau "
+        "out/log.jsonl`; the run in docs/annotated.md, the why in docs/plateau.md.",
+        "L_Disc and D's recall against steps")],
     "flops.py": [Figure(
         "docs/cpu_electra_vs_bert_glue_vs_flops.png",
         "GLUE against pre-training compute: this project's ELECTRA and BERT, the laptop recipe "
@@ -100,9 +103,10 @@ def step_table(data):
     m = set(data["m"])
     out = ['<div class="table-scroll"><table class="step">']
     out.append("<tr><th>t</th>" + "".join(f"<td>{t}</td>" for t in range(len(rows["x"]))) + "</tr>")
-    for name, label in [("x", "x"), ("m", "m"), ("x_masked", "x_masked"), ("x_hat", "x̂ ~ p_G"),
-                        ("x_corrupt", "x_corrupt"), ("is_replaced", "is_replaced"),
-                        ("p_replaced", "1 − D(x_corrupt, t)")]:
+    # the row names typeset as the paper writes them (is_replaced: this code's name)
+    for name, label in [("x", "x"), ("m", "m"), ("x_masked", "x^masked"), ("x_hat", "x̂ ∼ p_G"),
+                        ("x_corrupt", "x^corrupt"), ("is_replaced", None),
+                        ("p_replaced", "1 − D(x^corrupt, t)")]:
         cells = []
         for t, v in enumerate(rows[name]):
             cls = []
@@ -112,6 +116,7 @@ def step_table(data):
                 cls.append("replaced")
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(str(v))}</td>")
-        out.append(f"<tr><th>{html.escape(label)}</th>{''.join(cells)}</tr>")
+        head = "<code>is_replaced</code>" if label is None else mathml(label)
+        out.append(f"<tr><th>{head}</th>{''.join(cells)}</tr>")
     out.append("</table></div>")
     return "\n".join(out)

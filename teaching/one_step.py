@@ -120,7 +120,7 @@ def main(argv=None):
         date=datetime.date.today().isoformat(), torch=torch.__version__,
         machine=platform.machine(),
         note=f"Checkpoint after {step} steps; seed {args.seed}; yellow: the masked positions "
-             "m; red: the tokens that differ from x (is_replaced = 1).")
+             "m; red: the tokens that differ from x (is_replaced is 1).")
     rows = ",\n".join(f'  "{k}": {json.dumps(v, ensure_ascii=False)}' for k, v in data.pop("rows").items())
     text = (json.dumps(data, ensure_ascii=False, indent=1)[:-2]      # one line per row
             + f',\n "rows": {{\n{rows}\n }}\n}}\n')
