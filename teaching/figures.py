@@ -46,17 +46,13 @@ FIGURES = {
     "objectives.py": [Figure(
         "docs/one_step.json",
         "One real step on one short sentence: the tensors of the mask step and of sample and "
-        "corrupt, and D's verdict, from the quick start's checkpoint (3,000 steps; D left what "
-        "this project calls the plateau - the phase in which it answers \"real\" everywhere - at "
-        "step 1,300, the run drawn on the train.py page) - the step Figure 2 on the index "
-        "draws. m is the seeded draw a training step makes (seed 0: 2 of the 11 tokens); G's "
-        "samples \"copy\" and \"class\" replace \"Return\" and \"over\", and D gives them "
-        "P(replaced) 0.77 and 0.91 against 0.40 or less for every original token. A sample equal "
-        "to the original would count as real. The sentence is from the demo corpus's validation "
-        "text, picked among those where D is right on every token (how, and how often that "
-        "happens: docs/annotated.md). Written by `python teaching/one_step.py --ckpt "
-        "out/ckpt.pt` (the sentence and seed 0 are its defaults; command, checkpoint and date in "
-        "docs/one_step.json).",
+        "corrupt, and D's verdict, from the quick start's checkpoint (3,000 steps, the run drawn "
+        "on the train.py page): the step Figure 2 on the index draws, where the caption says how "
+        "the sentence was picked. m is the seeded draw a training step makes (seed 0: 2 of the "
+        "11 tokens). D's row: 0.77 and 0.91 on the two replaced tokens, 0.40 or less on every "
+        "original one. A sample equal to the original would count as real (§2). Written by "
+        "`python teaching/one_step.py --ckpt out/ckpt.pt` (the sentence and seed 0 are its "
+        "defaults; command, checkpoint and date in docs/one_step.json).",
         "one step as a table")],
     "train.py": [Figure(
         "docs/plateau_run.png",
