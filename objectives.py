@@ -170,7 +170,8 @@ def corrupt(x, masked: Masked, x_hat):
 def mlm_loss(logits, targets, weights):
     """L_MLM: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
     sum; the official code averages), in float32. logits (B, K, V) at the masked positions,
-    targets (B, K), weights (B, K)."""
+    targets (B, K), weights (B, K). By default training computes the same number fused with
+    the sample (machinery/mlm_output.py; `--plain_mlm` runs this function)."""
     # BEGIN ASSIGNMENT mlm_loss
     nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
     return (nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)
