@@ -3,6 +3,7 @@ fake /autograder and run as Gradescope runs it, gives the reference full marks, 
 parts 0 and its other parts full marks, every planted wrong answer less than its part's points,
 and broken submissions a valid results.json with one line per broken part; the student copy's
 own command prints the public tests' score table. The zip is built once for the module."""
+import ast
 import json
 import os
 import shutil
@@ -96,6 +97,98 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
     assert not (built / "hw" / ma.HIDDEN_TESTS).exists() and not (built / "hw" / HIDDEN).exists()
     autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS)
     assert (built / "again.zip").read_bytes() == (built / "autograder.zip").read_bytes()
+
+
+# Gradescope's image (Ubuntu 22.04) runs Python 3.10: what the zip and the handout hold must
+# read and run there. Syntax: ast's feature_version (best effort: it catches `except*`, not
+# every newer form); the standard library: the names added in 3.11 and 3.12 that code is most
+# likely to reach for, by module.
+NEWER_THAN_310 = {"tomllib": None, "wsgiref.types": None,
+                  "typing": {"Self", "LiteralString", "Never", "assert_never", "assert_type",
+                             "reveal_type", "Required", "NotRequired", "TypeVarTuple", "Unpack",
+                             "dataclass_transform", "get_overloads", "override"},
+                  "datetime": {"UTC"}, "hashlib": {"file_digest"}, "contextlib": {"chdir"},
+                  "asyncio": {"TaskGroup", "timeout", "Runner", "Barrier"},
+                  "enum": {"StrEnum", "ReprEnum", "verify", "member", "nonmember"},
+                  "math": {"cbrt", "exp2"}, "operator": {"call"}, "itertools": {"batched"},
+                  "logging": {"getLevelNamesMapping"}, "re": {"NOFLAG"}, "sys": {"exception"}}
+BUILTINS_NEWER_THAN_310 = {"ExceptionGroup", "BaseExceptionGroup"}
+
+
+def newer_than_310(tree):
+    """The uses in `tree` of the standard library's names newer than Python 3.10."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if NEWER_THAN_310.get(a.name, "") is None]
+        elif isinstance(node, ast.ImportFrom) and node.module in NEWER_THAN_310:
+            new = NEWER_THAN_310[node.module]
+            found += [f"{node.module}.{a.name}" for a in node.names if new is None or a.name in new]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.attr in (NEWER_THAN_310.get(node.value.id) or ()):
+            found.append(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in BUILTINS_NEWER_THAN_310:
+            found.append(node.id)
+        elif isinstance(node, ast.Attribute) and node.attr == "add_note":   # an exception's
+            found.append("add_note")
+    return found
+
+
+def shipped_sources(built):
+    """{name: text} of every .py file in the zip and in the student copy."""
+    with zipfile.ZipFile(built / "autograder.zip") as zf:
+        texts = {n: zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")}
+    hw = built / "hw"
+    texts.update({f"hw/{f.relative_to(hw).as_posix()}": f.read_text() for f in hw.rglob("*.py")
+                  if "__pycache__" not in f.parts})
+    return texts
+
+
+def test_what_the_zip_and_the_handout_ship_reads_as_python_3_10(built):
+    texts = shipped_sources(built)
+    assert "project/teaching/grade.py" in texts and "hw/teaching/grade.py" in texts
+    assert "project/tests/hidden/test_hidden.py" in texts and "hw/objectives.py" in texts
+    for name, text in texts.items():
+        tree = ast.parse(text, name, feature_version=(3, 10))
+        assert not newer_than_310(tree), (name, newer_than_310(tree))
+    # the checks can fail
+    with pytest.raises(SyntaxError, match="3.11"):
+        ast.parse("try:\n    pass\nexcept* ValueError:\n    pass\n", feature_version=(3, 10))
+    planted = ("import tomllib\nfrom typing import Self, Any\nimport datetime\n"
+               "t = datetime.UTC\nraise ExceptionGroup('x', [])\n")
+    assert newer_than_310(ast.parse(planted)) == ["tomllib", "typing.Self", "datetime.UTC",
+                                                  "ExceptionGroup"]
+
+
+def python_310():
+    """A `python3.10` on PATH that runs (a pyenv shim that names no installed 3.10 does not)."""
+    exe = shutil.which("python3.10")
+    try:
+        probe = "import sys; assert sys.version_info[:2] == (3, 10)"
+        ok = exe and subprocess.run([exe, "-c", probe], capture_output=True,
+                                    timeout=HANG).returncode == 0
+    except OSError:
+        ok = False
+    return exe if ok else None
+
+
+def test_what_the_zip_and_the_handout_ship_compiles_under_a_real_python_3_10(built):
+    exe = python_310()
+    if not exe:
+        pytest.skip("no python3.10 on PATH (Gradescope's Ubuntu 22.04 runs Python 3.10)")
+    texts = shipped_sources(built)
+    script = ("import json, sys\n"
+              "for name, text in json.load(sys.stdin).items():\n"
+              "    try:\n"
+              "        compile(text, name, 'exec', dont_inherit=True)\n"
+              "    except SyntaxError as e:\n"
+              "        print(f'{name}, line {e.lineno}: {e.msg}')\n")
+    out = subprocess.run([exe, "-c", script], input=json.dumps(texts), capture_output=True,
+                         text=True, timeout=HANG)
+    assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
+    bad = subprocess.run([exe, "-c", script], input=json.dumps({"x.py": "type X = int\n"}),
+                         capture_output=True, text=True, timeout=HANG)
+    assert bad.stdout.startswith("x.py, line 1:"), bad.stdout + bad.stderr      # it can fail
 
 
 def test_the_reference_gets_full_marks(built, tmp_path):
