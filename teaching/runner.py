@@ -179,7 +179,7 @@ def last_line(path):
     return lines[-1][:MESSAGE_CHARS] if lines else "no output"
 
 
-def stopped_because(rc, test, out):
+def stopped_because(rc, test, out, reason=None):
     where = f" in {test_name(test)}" if test else ""
     if rc is not None and rc < 0:
         try:
@@ -192,7 +192,7 @@ def stopped_because(rc, test, out):
     if test:
         return (f"the tests stopped{where} (exit status {rc}): exit(), os._exit() or a crash "
                 f"in the code")
-    return f"the tests could not run: {last_line(out)}"
+    return f"the tests could not run: {reason or last_line(out)}"
 
 
 def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=None,
@@ -223,6 +223,7 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
         reader, started = Log(log), time.time()
         current, current_t, used = None, None, {p: 0.0 for p in pending}
         ran_any, killed, rc, this_run, done_t = False, None, None, [], None
+        shared = []                         # why a file of no one part could not be collected
 
         def handle(rec):
             nonlocal current, current_t, ran_any
@@ -236,6 +237,8 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
                 p = part_of(rec["collect_error"])
                 if p in pending:
                     stopped.setdefault(p, f"its tests could not be collected: {rec['message']}")
+                else:                       # the hidden tests' file: every part's
+                    shared.append(rec["message"])
             elif "start" in rec:
                 current, current_t, ran_any = rec["start"], rec["t"], True
             elif "done" in rec:
@@ -289,7 +292,7 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
                 stopped[part_of(current)] = stopped_because(rc, current, out)
             elif not ran_any:
                 for p in pending:
-                    stopped.setdefault(p, stopped_because(rc, None, out))
+                    stopped.setdefault(p, stopped_because(rc, None, out, shared and shared[0]))
             else:
                 first = next(p for p in pending if p not in complete and p not in stopped)
                 stopped[first] = stopped_because(rc, None, out)
@@ -332,6 +335,9 @@ def _message(report):
     if text.startswith("NotImplementedError"):
         return "not written yet (the body raises NotImplementedError)"
     lines = [l.strip() for l in text.splitlines() if l.strip()]
+    raised = [l[1:].strip() for l in lines if l.startswith("E ")]
+    if lines and "while importing" in lines[0] and raised:
+        lines = raised[-1:]               # a module that cannot import: what it raised
     line = lines[0] if lines else "failed"
     return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
 

@@ -295,6 +295,24 @@ def test_a_grader_that_cannot_start_still_leaves_results(built, tmp_path):
     assert r["score"] == 0 and "the grader failed (JSONDecodeError" in r["output"]
 
 
+def test_a_torch_that_cannot_load_is_named_in_every_part(built, tmp_path):
+    """An image whose torch does not import (as the CUDA build under a 768 MB limit): every
+    entry says what the import raised, not pytest's count of errors."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch.py").write_text('raise ImportError("libtorch_cpu.so: failed to map segment")\n')
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    r = autograder.run_fake(built / "autograder.zip", ROOT, tmp_path / "autograder",
+                            python=python, timeout=HANG)
+    entries = check_results(r)
+    assert sorted(entries) == sorted((p, k) for p in ALL for k in ("public", "hidden"))
+    for t in entries.values():
+        assert t["score"] == 0 and "ImportError: libtorch_cpu.so: failed to map segment" in \
+            t["output"] and t["output"].count("\n") == 0, t["output"]
+
+
 def test_a_run_past_its_time_budget_still_writes_every_part(built, tmp_path):
     """The whole run stops within tests/grading.json's budget_s (under Gradescope's limit), and
     every part not graded by then says so (here a budget too short to start the tests)."""
