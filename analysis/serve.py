@@ -208,10 +208,23 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def send_error(self, code, message=None, explain=None):
+        # http.server's own refusals, before a request is parsed. A request line over 64 KiB is
+        # most often a long text pasted into the form, which sends it in the address: the page
+        # says so, as it says everything else
+        if code == 414 and self.server.inspector is not None:
+            self.linger = True                      # the rest of the line is never read
+            return self.respond(414, page_for_error(self.server.inspector, (
+                f"The address is over 65,536 bytes - a long text pasted into the form? D "
+                f"reads only its first {self.server.inspector.cfg.seq_len - 2} tokens: paste "
+                "a shorter text.")))
+        super().send_error(code, message, explain)
+
     def log_request(self, code="-", size="-"):     # no query: it holds the typed text
-        if not self.server.quiet:
-            print(f"{self.command} {self.path.partition('?')[0][:80]} {code}", file=sys.stderr,
-                  flush=True)
+        if not self.server.quiet:                  # no path when the request line was refused
+            path = getattr(self, "path", None) or "(unreadable request line)"
+            print(f"{getattr(self, 'command', None) or '-'} {path.partition('?')[0][:80]} "
+                  f"{code}", file=sys.stderr, flush=True)
 
     def log_message(self, format, *args):
         if not self.server.quiet:

@@ -247,6 +247,25 @@ def test_a_broken_request_line_is_answered_and_the_server_goes_on(server):
     assert request(server)[0] == 200
 
 
+def test_a_refused_request_line_is_answered_with_the_log_on(tiny, one_thread, capsys):
+    # the command logs a line per request: a refusal before the path is parsed still gets its
+    # answer (the log line once read self.path, which such a request never has)
+    srv = serve.bind("127.0.0.1", 0, serve.Inspector(tiny), quiet=False)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.server_port), timeout=30) as s:
+            s.sendall(b"\x00garbage\r\n\r\n")
+            assert b"400" in s.recv(200)
+        long_text = "the cat sat on the mat " * 3000            # 69,000 bytes in the address
+        status, body, _ = request(srv, query=dict(text=long_text))
+        assert status == 414 and any("paste a shorter text" in m for m in Page(body).msg)
+        assert request(srv, query=dict(text=TEXT))[0] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "failed" not in capsys.readouterr().err
+
+
 def test_twenty_concurrent_requests_all_get_answers(server):
     texts = [f"the cat sees {i} balls" for i in range(20)]
     with ThreadPoolExecutor(20) as pool:
