@@ -304,6 +304,8 @@ def test_startup_errors_are_one_line(tiny, learnable_data_dir, tmp_path, capsys)
     try:
         cases = [(["--ckpt", tmp_path / "missing.pt"], "no such checkpoint file"),
                  (["--ckpt", cut], "truncated"),
+                 (["--ckpt", Path(tiny).parent], f"is a folder, not a checkpoint file: give "
+                  f"the file, e.g. {tiny}"),
                  (["--ckpt", bert], "BERT checkpoint has no discriminator"),
                  (["--ckpt", tiny, "--port", busy.getsockname()[1]], "is in use")]
         for args, words in cases:
