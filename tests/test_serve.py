@@ -372,3 +372,11 @@ def test_chromium_shows_the_coloured_tokens(tiny, tmp_path, one_thread):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_one_colour_one_meaning_in_the_step_table():
+    # red is "replaced" (x_corrupt, is_replaced) and D's P(replaced): D's wrong verdicts need
+    # a colour of their own, as in Figure 2's picture
+    css = dict(re.findall(r"td\.(\w+)\{background:(#[0-9a-f]{6})\}", serve_page.CSS))
+    assert len(set(css[k] for k in ("m", "rep", "right", "wrong"))) == 4, css
+    assert css["wrong"] == fig2.WRONG and css["right"] == fig2.RIGHT
