@@ -120,10 +120,15 @@ class Handler(BaseHTTPRequestHandler):
         except PageError as e:
             status, body, location = e.status, page_for_error(insp_, e, fields), None
         except Exception as e:          # noqa: BLE001 - one request fails, the server goes on
-            self.log_error("%s", f"internal error: {type(e).__name__}: {e}")
             status, location = 500, None
-            body = page_for_error(insp_, f"Something went wrong inside ({type(e).__name__}); "
-                                  "the server keeps running - try another text.", fields)
+            blank = cli.blank_part(e)       # a student copy with a part still blank: 501
+            if blank:
+                status, message = 501, blank.removeprefix("error: ")
+            else:
+                self.log_error("%s", f"internal error: {type(e).__name__}: {e}")
+                message = (f"Something went wrong inside ({type(e).__name__}); the server "
+                           "keeps running - try another text.")
+            body = page_for_error(insp_, message, fields)
         if location:
             return self.respond(303, f"<a href='{esc(location)}'>see here</a>",
                                 extra={"Location": location}, head=head)

@@ -339,6 +339,38 @@ def test_the_command_prints_its_address_and_serves(tiny):
         p.wait(timeout=60)
 
 
+def test_a_student_copy_with_a_blank_part_says_so_on_the_page_and_in_one_line(tiny, tmp_path):
+    """In a copy whose Part 1 (mask) is blank, the inspector's drawn step is one `error:` line
+    and the page's a message (501) naming the part; the sentence view needs no blank part."""
+    from teaching import make_assignment
+    copy = tmp_path / "student"
+    make_assignment.make_copy(copy, ["mask"])
+    r = subprocess.run([sys.executable, "analysis/inspect_discriminator.py", "figure2", "--ckpt",
+                        str(tiny), TEXT, "--mask", "draw", "--out", str(tmp_path / "insp")],
+                       cwd=copy, capture_output=True, text=True, timeout=HANG)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(lines) == 1 and "not done yet: Part 1 (mask" in lines[0], lines
+    assert not (tmp_path / "insp").exists()
+    p = subprocess.Popen([sys.executable, "analysis/serve.py", "--ckpt", str(tiny), "--port", "0"],
+                         cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(HANG, p.kill)                # a guard against a hang, not a limit
+    guard.start()
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", p.stdout.readline()).group(1))
+        srv = type("Srv", (), {"server_port": port})
+        status, body, _ = request(srv, query=dict(text=TEXT, mode="draw"))
+        assert status == 501 and any("not done yet: Part 1 (mask" in m and "ASSIGNMENTS.md" in m
+                                     for m in Page(body).msg), (status, Page(body).msg)
+        status, body, _ = request(srv, query=dict(text=TEXT))
+        assert status == 200 and len(Page(body).tokens) > 2
+    finally:
+        guard.cancel()
+        p.terminate()
+        p.wait(timeout=60)
+    assert "internal error" not in p.stderr.read()
+
+
 # ----------------------------------------------------------------------------- the browser
 
 def shot(url, out, width):
