@@ -277,7 +277,8 @@ class Server(ThreadingHTTPServer):
                   file=sys.stderr, flush=True)
 
     def url(self):
-        host = self.server_name if ":" not in self.server_name else f"[{self.server_name}]"
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.server_name, self.server_name)
+        host = host if ":" not in host else f"[{host}]"     # every address: open it here
         return f"http://{host}:{self.server_port}/"
 
 

@@ -320,6 +320,14 @@ def test_startup_errors_are_one_line(tiny, learnable_data_dir, tmp_path, capsys)
         busy.close()
 
 
+def test_every_address_prints_one_a_browser_opens(tiny, one_thread):
+    srv = serve.bind("0.0.0.0", 0, None, quiet=True)      # 0.0.0.0 is no address to open
+    try:
+        assert srv.url() == f"http://127.0.0.1:{srv.server_port}/" and not srv.local_only
+    finally:
+        srv.server_close()
+
+
 def test_the_command_prints_its_address_and_serves(tiny):
     p = subprocess.Popen([sys.executable, "analysis/serve.py", "--ckpt", str(tiny), "--port", "0",
                           "--quiet"], cwd=serve.ROOT, stdout=subprocess.PIPE,
