@@ -120,10 +120,15 @@ class Handler(BaseHTTPRequestHandler):
         except PageError as e:
             status, body, location = e.status, page_for_error(insp_, e, fields), None
         except Exception as e:          # noqa: BLE001 - one request fails, the server goes on
-            self.log_error("%s", f"internal error: {type(e).__name__}: {e}")
             status, location = 500, None
-            body = page_for_error(insp_, f"Something went wrong inside ({type(e).__name__}); "
-                                  "the server keeps running - try another text.", fields)
+            blank = cli.blank_part(e)       # a student copy with a part still blank: 501
+            if blank:
+                status, message = 501, blank.removeprefix("error: ")
+            else:
+                self.log_error("%s", f"internal error: {type(e).__name__}: {e}")
+                message = (f"Something went wrong inside ({type(e).__name__}); the server "
+                           "keeps running - try another text.")
+            body = page_for_error(insp_, message, fields)
         if location:
             return self.respond(303, f"<a href='{esc(location)}'>see here</a>",
                                 extra={"Location": location}, head=head)
@@ -208,10 +213,23 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def send_error(self, code, message=None, explain=None):
+        # http.server's own refusals, before a request is parsed. A request line over 64 KiB is
+        # most often a long text pasted into the form, which sends it in the address: the page
+        # says so, as it says everything else
+        if code == 414 and self.server.inspector is not None:
+            self.linger = True                      # the rest of the line is never read
+            return self.respond(414, page_for_error(self.server.inspector, (
+                f"The address is over 65,536 bytes - a long text pasted into the form? D "
+                f"reads only its first {self.server.inspector.cfg.seq_len - 2} tokens: paste "
+                "a shorter text.")))
+        super().send_error(code, message, explain)
+
     def log_request(self, code="-", size="-"):     # no query: it holds the typed text
-        if not self.server.quiet:
-            print(f"{self.command} {self.path.partition('?')[0][:80]} {code}", file=sys.stderr,
-                  flush=True)
+        if not self.server.quiet:                  # no path when the request line was refused
+            path = getattr(self, "path", None) or "(unreadable request line)"
+            print(f"{getattr(self, 'command', None) or '-'} {path.partition('?')[0][:80]} "
+                  f"{code}", file=sys.stderr, flush=True)
 
     def log_message(self, format, *args):
         if not self.server.quiet:
@@ -259,7 +277,8 @@ class Server(ThreadingHTTPServer):
                   file=sys.stderr, flush=True)
 
     def url(self):
-        host = self.server_name if ":" not in self.server_name else f"[{self.server_name}]"
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.server_name, self.server_name)
+        host = host if ":" not in host else f"[{host}]"     # every address: open it here
         return f"http://{host}:{self.server_port}/"
 
 

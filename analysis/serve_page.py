@@ -52,7 +52,7 @@ table{border-collapse:collapse;font-size:.88rem}
 th,td{border:1px solid #e0e0e0;padding:.2rem .45rem;text-align:center;white-space:nowrap}
 th{position:sticky;left:0;background:#efefec;text-align:left;font-weight:600}
 td.m{background:#fff3b0}td.rep{background:#f4a6a6}td.right{background:#c9e7c9}
-td.wrong{background:#f4a6a6}td.top{text-align:left;font-size:.8rem;line-height:1.3}
+td.wrong{background:#dcc6f0}td.top{text-align:left;font-size:.8rem;line-height:1.3}
 .small{font-size:.85rem;color:#444}code{font-size:.92em}
 """
 
@@ -192,5 +192,5 @@ def step_html(cols, mode, seed):
         out.append("</tr>")
     out.append("</table></div><p class=small>Yellow: the masked positions m; red in x_corrupt "
                "and is_replaced: the tokens that differ from x; D says: green where D is right, "
-               "red where it is wrong.</p>")
+               "violet where it is wrong (the colours of Figure 2's picture).</p>")
     return out

@@ -45,6 +45,11 @@ def remove_stale_temporaries(folder):
 def load_checkpoint(path, map_location="cpu"):
     """Load and check a pre-training checkpoint, or raise CheckpointError with one clear line."""
     path = Path(path)
+    if path.is_dir():                           # a run's --out_dir given for its checkpoint
+        inside = next((f for f in [path / "ckpt.pt", *sorted(path.glob("*.pt"))]
+                       if f.is_file()), None)
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: " + (
+            f"give the file, e.g. {inside}" if inside else "it holds no .pt file"))
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:

@@ -247,6 +247,25 @@ def test_a_broken_request_line_is_answered_and_the_server_goes_on(server):
     assert request(server)[0] == 200
 
 
+def test_a_refused_request_line_is_answered_with_the_log_on(tiny, one_thread, capsys):
+    # the command logs a line per request: a refusal before the path is parsed still gets its
+    # answer (the log line once read self.path, which such a request never has)
+    srv = serve.bind("127.0.0.1", 0, serve.Inspector(tiny), quiet=False)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.server_port), timeout=30) as s:
+            s.sendall(b"\x00garbage\r\n\r\n")
+            assert b"400" in s.recv(200)
+        long_text = "the cat sat on the mat " * 3000            # 69,000 bytes in the address
+        status, body, _ = request(srv, query=dict(text=long_text))
+        assert status == 414 and any("paste a shorter text" in m for m in Page(body).msg)
+        assert request(srv, query=dict(text=TEXT))[0] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "failed" not in capsys.readouterr().err
+
+
 def test_twenty_concurrent_requests_all_get_answers(server):
     texts = [f"the cat sees {i} balls" for i in range(20)]
     with ThreadPoolExecutor(20) as pool:
@@ -285,6 +304,8 @@ def test_startup_errors_are_one_line(tiny, learnable_data_dir, tmp_path, capsys)
     try:
         cases = [(["--ckpt", tmp_path / "missing.pt"], "no such checkpoint file"),
                  (["--ckpt", cut], "truncated"),
+                 (["--ckpt", Path(tiny).parent], f"is a folder, not a checkpoint file: give "
+                  f"the file, e.g. {tiny}"),
                  (["--ckpt", bert], "BERT checkpoint has no discriminator"),
                  (["--ckpt", tiny, "--port", busy.getsockname()[1]], "is in use")]
         for args, words in cases:
@@ -297,6 +318,14 @@ def test_startup_errors_are_one_line(tiny, learnable_data_dir, tmp_path, capsys)
         assert r.stderr.strip().startswith("error:") and len(r.stderr.strip().splitlines()) == 1
     finally:
         busy.close()
+
+
+def test_every_address_prints_one_a_browser_opens(tiny, one_thread):
+    srv = serve.bind("0.0.0.0", 0, None, quiet=True)      # 0.0.0.0 is no address to open
+    try:
+        assert srv.url() == f"http://127.0.0.1:{srv.server_port}/" and not srv.local_only
+    finally:
+        srv.server_close()
 
 
 def test_the_command_prints_its_address_and_serves(tiny):
@@ -316,6 +345,38 @@ def test_the_command_prints_its_address_and_serves(tiny):
         guard.cancel()
         p.terminate()
         p.wait(timeout=60)
+
+
+def test_a_student_copy_with_a_blank_part_says_so_on_the_page_and_in_one_line(tiny, tmp_path):
+    """In a copy whose Part 1 (mask) is blank, the inspector's drawn step is one `error:` line
+    and the page's a message (501) naming the part; the sentence view needs no blank part."""
+    from teaching import make_assignment
+    copy = tmp_path / "student"
+    make_assignment.make_copy(copy, ["mask"])
+    r = subprocess.run([sys.executable, "analysis/inspect_discriminator.py", "figure2", "--ckpt",
+                        str(tiny), TEXT, "--mask", "draw", "--out", str(tmp_path / "insp")],
+                       cwd=copy, capture_output=True, text=True, timeout=HANG)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(lines) == 1 and "not done yet: Part 1 (mask" in lines[0], lines
+    assert not (tmp_path / "insp").exists()
+    p = subprocess.Popen([sys.executable, "analysis/serve.py", "--ckpt", str(tiny), "--port", "0"],
+                         cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(HANG, p.kill)                # a guard against a hang, not a limit
+    guard.start()
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", p.stdout.readline()).group(1))
+        srv = type("Srv", (), {"server_port": port})
+        status, body, _ = request(srv, query=dict(text=TEXT, mode="draw"))
+        assert status == 501 and any("not done yet: Part 1 (mask" in m and "ASSIGNMENTS.md" in m
+                                     for m in Page(body).msg), (status, Page(body).msg)
+        status, body, _ = request(srv, query=dict(text=TEXT))
+        assert status == 200 and len(Page(body).tokens) > 2
+    finally:
+        guard.cancel()
+        p.terminate()
+        p.wait(timeout=60)
+    assert "internal error" not in p.stderr.read()
 
 
 # ----------------------------------------------------------------------------- the browser
@@ -351,3 +412,11 @@ def test_chromium_shows_the_coloured_tokens(tiny, tmp_path, one_thread):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_one_colour_one_meaning_in_the_step_table():
+    # red is "replaced" (x_corrupt, is_replaced) and D's P(replaced): D's wrong verdicts need
+    # a colour of their own, as in Figure 2's picture
+    css = dict(re.findall(r"td\.(\w+)\{background:(#[0-9a-f]{6})\}", serve_page.CSS))
+    assert len(set(css[k] for k in ("m", "rep", "right", "wrong"))) == 4, css
+    assert css["wrong"] == fig2.WRONG and css["right"] == fig2.RIGHT
