@@ -9,8 +9,10 @@ both machines, and a laptop changes from one to the other while a run goes on.
 
 So, on a CPU, when neither --threads nor OMP_NUM_THREADS chooses: the run times a few steps at
 each candidate count (all cores, then half of them, down to 1), keeps the fastest, and tries
-again after `every` steps, then less often while the choice holds. A probe costs a few steps at
-a slower count; the line that says which count won is printed when the choice changes. A
+again after `every` steps, then less often while the choice holds - or at once when the steps
+between two probes drift from what the last probe timed (the median of `window` steps 1.5x
+slower or faster: another program started or stopped). A probe costs a few steps at a slower
+count; the line that says which count won is printed when the choice changes. A
 fixed --threads N gives runs that repeat bit for bit; a chosen count may change the order of a
 few float sums between runs (never the data, the masks or the samples)."""
 import os
@@ -20,6 +22,8 @@ import torch
 
 PROBE_STEPS = 6          # steps timed per candidate (after one step to settle)
 EVERY = 300              # steps between two probes
+WINDOW = 20              # steps whose median is held against the last probe's time
+DRIFT = 1.5              # a median this many times slower or faster than it: probe now
 
 
 def candidates(n):
@@ -40,9 +44,10 @@ class ThreadChooser:
     wait until the next doubles (up to 8 x `every`); a change starts it again at `every`."""
 
     def __init__(self, n_threads, say=print, probe_steps=None, every=None, start=2,
-                 clock=time.perf_counter):
+                 clock=time.perf_counter, window=None):
         self.options, self.say, self.clock = candidates(n_threads), say, clock
         self.probe_steps, self.every = probe_steps or PROBE_STEPS, every or EVERY
+        self.window, self.recent = window or WINDOW, []
         self.chosen, self.steps_left, self.wait = n_threads, start, self.every
         self.probing, self.times, self.last, self.history = [], {}, None, []
 
@@ -79,7 +84,15 @@ class ThreadChooser:
                     self._decide()
             return
         self.steps_left -= 1
+        if step_s is not None and self.chosen in self.times:
+            self.recent.append(step_s)
+            if len(self.recent) >= self.window:         # the machine changed since the probe?
+                median, timed = sorted(self.recent)[len(self.recent) // 2], self.times[self.chosen]
+                self.recent = []
+                if not timed / DRIFT <= median <= timed * DRIFT:
+                    self.steps_left, self.wait = 0, self.every
         if self.steps_left <= 0:                        # time for a probe: the count in use first
+            self.recent = []
             self.probing = [self.chosen] + [n for n in self.options if n != self.chosen]
             self.times = {}
             self._set(self.probing[0])

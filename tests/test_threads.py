@@ -74,6 +74,26 @@ def test_a_machine_that_gets_busy_is_noticed_at_the_next_probe(restore_threads):
     assert len(c.history) >= 2 and c.history[-1][2] > c.history[-1][1]
 
 
+@pytest.mark.parametrize("before, after, best", [
+    ({1: 0.030, 2: 0.020}, {1: 0.030, 2: 0.090}, 1),       # a second job starts
+    ({1: 0.030, 2: 0.090}, {1: 0.015, 2: 0.010}, 2)])      # ... and stops
+def test_a_machine_that_changes_is_timed_again_before_the_next_probe_is_due(
+        before, after, best, restore_threads):
+    """Steps 1.5x slower (or faster) than the last probe timed start a probe at once: with
+    probes due every 1,000 steps the change is noticed within a window of 20 steps."""
+    clock, lines = FakeClock(before), []
+    c = ThreadChooser(2, say=lambda *a, **k: lines.append(a[0]), probe_steps=3, every=1000,
+                      clock=clock, window=20)
+    for _ in range(30):
+        clock.step(c)
+    assert c.chosen != best and len(c.history) == 1
+    clock.cost = after
+    for _ in range(20 + 10):                           # a window, then a probe
+        clock.step(c)
+    assert c.chosen == best and torch.get_num_threads() == best and len(c.history) == 2
+    assert len(lines) == 2 and lines[1].startswith(f"threads: {best} ")
+
+
 def test_a_choice_that_holds_is_timed_less_often_and_slow_counts_cost_few_steps(
         restore_threads):
     """On a busy machine (2 threads 8x slower) every later probe keeps 1 thread: the waits
