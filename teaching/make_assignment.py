@@ -213,11 +213,13 @@ STAND_INS = {
 }
 # Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
 # Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py
-# import it. teaching/one_step.py runs mask, sample and corrupt on one sentence (the joint loss's calls).
-LEFT_OUT = {"sample": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
-            "corrupt": ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py"),
-            "joint_loss": ("teaching/one_step.py",)}
+# import it, and benchmarks/selfcheck.py imports bench.py. teaching/one_step.py runs mask, sample
+# and corrupt on one sentence (the joint loss's calls).
+HF_TOOLS = ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py",
+            "benchmarks/selfcheck.py")
+LEFT_OUT = {"sample": HF_TOOLS, "corrupt": HF_TOOLS, "joint_loss": ("teaching/one_step.py",)}
 HIDDEN_TESTS = "teaching/hidden_tests.py"    # in the autograder only: never in a copy
+NEEDS_TESTS = ("benchmarks/batch_time.py",)   # reads the project's tests/, which no copy has
 
 
 class AssignmentError(Exception):
@@ -406,7 +408,8 @@ def make_copy(out, parts, points=None):
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        left_out = {f for part in parts for f in LEFT_OUT.get(part, ())} | {HIDDEN_TESTS}
+        left_out = {f for part in parts for f in LEFT_OUT.get(part, ())} | {HIDDEN_TESTS,
+                                                                          *NEEDS_TESTS}
         sources = [f for d in ("",) + FOLDERS for ext in ("*.py", "*.sh")
                    for f in sorted((ROOT / d).glob(ext))]
         for f in sources + [ROOT / "requirements.txt", ROOT / "README.md"]:

@@ -361,6 +361,25 @@ def key_lines(part):
             if len(l.strip()) >= 25 and not l.strip().startswith("#")]
 
 
+def test_every_file_of_a_copy_with_every_part_blank_imports(tmp_path):
+    """What a copy leaves out (LEFT_OUT) takes along every file that imports it: each module
+    the copy ships imports there (selfcheck.py once imported bench.py, which was left out)."""
+    out = tmp_path / "student"
+    ma.make_copy(out, [p.name for p in ma.PARTS])
+    names = sorted(".".join(f.relative_to(out).with_suffix("").parts) for f in out.rglob("*.py")
+                   if f.relative_to(out).parts[0] != "tests")
+    assert "benchmarks.step_cost" in names and "objectives" in names and len(names) > 40
+    script = ("import importlib, sys\n"
+              "for n in sys.argv[1:]:\n"
+              "    try:\n"
+              "        importlib.import_module(n)\n"
+              "    except ImportError as e:\n"
+              "        print(n, e)\n")
+    r = subprocess.run([sys.executable, "-c", script, *names], cwd=out, capture_output=True,
+                       text=True, timeout=HANG)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr[-2000:]
+
+
 def test_the_copy_holds_no_blanked_answer_anywhere(tmp_path):
     out = tmp_path / "student"
     ma.make_copy(out, [p.name for p in ma.PARTS])
