@@ -405,7 +405,8 @@ def run(args):
     res["seconds"] = dict(secs, total=round(time.time() - t0, 1))
     path = out / "inspect.json"
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(res, indent=1)))
-    print(f"wrote {path} | seconds: {res['seconds']}")
+    took = ", ".join(f"{k} {v:.1f} s" for k, v in secs.items())
+    print(f"wrote {path} in {res['seconds']['total']:.1f} s ({took})")
 
 
 def main(argv=None):
