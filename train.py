@@ -35,10 +35,6 @@ from machinery.step import compile_step
 from machinery.threads import ThreadChooser
 
 
-class TrainingDiverged(Exception):
-    """The loss became NaN or infinite; the command line prints it as one line."""
-
-
 def make_optimizer(model, cfg, device):
     """Adam with weight decay 0.01 (Table 6); the decay decoupled and none for biases and
     LayerNorm, as the official code (model/optimization.py); cfg.optimizer "official" (no bias
@@ -354,6 +350,10 @@ def start_profile(n, out, device):
                                                                    repeat=1))
     prof.start()
     return prof
+
+
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite; the command line prints it as one line."""
 
 
 def check_finite(bad_step, out):
