@@ -372,6 +372,10 @@ def test_in_a_student_copy_a_part_that_does_not_parse_stops_only_itself(tmp_path
     (["--points", "mask=ten"], "must be a number"),
     (["--points", "mask=-1"], "must be a number"),
     (["--points", "flops=3"], "not one of the chosen parts"),
+    (["--points", "mask=5,mask=6"], "mask given twice"),
+    (["--points", "mask=0"], "every chosen part is worth 0 points"),
+    (["--parts", ","], "no part named"),
+    (["--parts", "mask,sample,mask"], "mask named twice"),
 ])
 def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
