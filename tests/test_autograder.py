@@ -395,6 +395,35 @@ def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
     assert "nothere.zip: no such file" in err and err.count("\n") == 1
 
 
+def test_check_refuses_a_zip_that_is_no_autograder_or_was_built_for_another_handout(
+        built, tmp_path, capsys):
+    """A student's zip of files, an autograder.zip without its points, or the zip of another
+    handout checked against this one: one line each, exit 1, nothing graded."""
+    with zipfile.ZipFile(tmp_path / "files.zip", "w") as zf:
+        zf.writestr("objectives.py", "x = 1\n")
+    with zipfile.ZipFile(built / "autograder.zip") as src, \
+            zipfile.ZipFile(tmp_path / "old.zip", "w") as zf:
+        for info in src.infolist():
+            if not info.filename.endswith("grading.json"):
+                zf.writestr(info, src.read(info))
+    assert ma.main(["--out", str(tmp_path / "hw2"), "--parts", "sample,flops",
+                    "--autograder", str(tmp_path / "hw2.zip")]) == 0
+    capsys.readouterr()
+    for args, message in [(["files.zip"], "not an autograder.zip (it has no setup.sh"),
+                          (["old.zip"], "it has no project/tests/grading.json"),
+                          (["hw2.zip", "--submission", str(built / "hw")],
+                           "grades sample, flops, but")]:
+        assert grade.main(["--check", str(tmp_path / args[0]), *args[1:]]) == 1
+        out, err = capsys.readouterr()
+        assert message in err and err.count("\n") == 1 and not out, (err, out)
+    assert ma.main(["--out", str(tmp_path / "hw3"), "--parts", "sample,flops",
+                    "--points", "sample=3"]) == 0        # the same parts, other points: a note
+    capsys.readouterr()
+    assert grade.handout_config(tmp_path / "hw3")["points"] == {"sample": 3, "flops": 8}
+    assert grade.handout_config(tmp_path) is None and grade.handout_config(ROOT) is None
+    assert autograder.zip_config(tmp_path / "hw2.zip")["points"] == {"sample": 8, "flops": 8}
+
+
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
 as_root = pytest.mark.skipif(os.geteuid() != 0 or not runner.Unprivileged(),
                              reason="the grader changes user only when it runs as root")
