@@ -402,6 +402,8 @@ def parse_points(spec, parts):
         if not (0 <= points[name] < 1e6):
             raise AssignmentError(f"--points: {item!r}: the points must be a number >= 0, "
                                   f"e.g. {name}=10")
+        if round(points[name], 2) != points[name]:     # so that public + hidden = the part's
+            raise AssignmentError(f"--points: {item!r}: at most 2 decimals, e.g. {name}=5.25")
     if not any({**POINTS, **points}[p] for p in parts):
         raise AssignmentError("--points: every chosen part is worth 0 points; give at least "
                               "one part some, e.g. mask=10")
@@ -485,7 +487,7 @@ def main(argv=None):
     try:
         if args.list:
             for i, p in enumerate(PARTS, 1):
-                print(f"{i:2d}. {p.name:12s} {POINTS[p.name]:3d} pt  {p.where:42s} {p.section}")
+                print(f"{i:2d}. {p.name:12s} {POINTS[p.name]:>3g} pt  {p.where:42s} {p.section}")
             return 0
         if not args.out:
             raise AssignmentError("--out is required: the folder to write the student copy to")

@@ -374,6 +374,7 @@ def test_in_a_student_copy_a_part_that_does_not_parse_stops_only_itself(tmp_path
     (["--points", "flops=3"], "not one of the chosen parts"),
     (["--points", "mask=5,mask=6"], "mask given twice"),
     (["--points", "mask=0"], "every chosen part is worth 0 points"),
+    (["--points", "mask=3.333"], "at most 2 decimals"),
     (["--parts", ","], "no part named"),
     (["--parts", "mask,sample,mask"], "mask named twice"),
 ])
