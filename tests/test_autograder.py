@@ -13,6 +13,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -423,6 +424,21 @@ def test_check_refuses_a_zip_that_is_no_autograder_or_was_built_for_another_hand
     assert grade.handout_config(tmp_path / "hw3")["points"] == {"sample": 3, "flops": 8}
     assert grade.handout_config(tmp_path) is None and grade.handout_config(ROOT) is None
     assert autograder.zip_config(tmp_path / "hw2.zip")["points"] == {"sample": 8, "flops": 8}
+
+
+def test_a_bare_assert_that_fails_says_what_it_checked(tmp_path):
+    """pytest's first line for `assert torch.allclose(...)` without a message is `assert False`:
+    the entry shows the assert statement instead."""
+    (tmp_path / "test_x.py").write_text(
+        "def test_x(got, want):\n    assert torch.allclose(got,\n                          want)\n")
+    crash = SimpleNamespace(message="assert False\n +  where False = <built-in method allclose>",
+                            path=str(tmp_path / "test_x.py"), lineno=2)
+    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=crash))
+    assert runner._message(report) == "failed: assert torch.allclose(got, want)"
+    crash.message = "AssertionError: rows differ\nassert False"     # a message of its own
+    assert runner._message(report) == "AssertionError: rows differ"
+    crash.message, crash.lineno = "assert False", 1                 # no assert on that line
+    assert runner._message(report) == "assert False"
 
 
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
