@@ -122,6 +122,25 @@ def write_zip(copy, path, hidden_tests, folders):
         tmp.unlink(missing_ok=True)
 
 
+def zip_config(path):
+    """The tests/grading.json of an autograder.zip (parts, points, time limits); ValueError
+    saying what is wrong when the zip is not one that write_zip wrote."""
+    need = ["setup.sh", "run_autograder", f"{PROJECT}/teaching/grade.py",
+            f"{PROJECT}/tests/grading.json"]
+    with zipfile.ZipFile(path) as zf:
+        missing = [n for n in need if n not in zf.namelist()]
+        if missing:
+            raise ValueError(f"not an autograder.zip (it has no {', '.join(missing)})")
+        try:
+            cfg = json.loads(zf.read(f"{PROJECT}/tests/grading.json"))
+            if not (cfg["parts"] and set(cfg["parts"]) <= set(cfg["points"])):
+                raise KeyError("parts")
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"its {PROJECT}/tests/grading.json is not the one "
+                             "teaching/make_assignment.py writes") from None
+    return cfg
+
+
 def unpack(path, source):
     """Unzip as Gradescope does, keeping each file's permissions (run_autograder executable)."""
     with zipfile.ZipFile(path) as zf:

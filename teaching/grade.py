@@ -272,6 +272,15 @@ def load_config(source):
     return ma.grading_config([p.name for p in ma.PARTS])     # the project itself: every part
 
 
+def handout_config(folder):
+    """The tests/grading.json of a handout (None for any other folder, or an unreadable one)."""
+    try:
+        cfg = json.loads((Path(folder) / CONFIG).read_text())
+        return cfg if isinstance(cfg.get("parts"), list) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def write_json(path, data):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -346,6 +355,21 @@ def main(argv=None):
         if not submission.is_dir():
             print(f"error: --submission {submission}: not a folder", file=sys.stderr)
             return 1
+        try:
+            cfg = autograder.zip_config(zip_path)
+        except (ValueError, zipfile.BadZipFile, OSError) as e:
+            print(f"error: --check {zip_path}: {e}; give the autograder.zip that "
+                  f"teaching/make_assignment.py --autograder wrote", file=sys.stderr)
+            return 1
+        mine = handout_config(submission)     # a handout: was the zip built with it?
+        if mine and set(mine["parts"]) != set(cfg["parts"]):
+            print(f"error: --check {zip_path} grades {', '.join(cfg['parts'])}, but "
+                  f"{submission} is a handout of {', '.join(mine['parts'])}: give the zip "
+                  f"built with it (or build both again with one command)", file=sys.stderr)
+            return 1
+        if mine and mine.get("points") != cfg["points"]:
+            print(f"note: the points of {zip_path} differ from {submission / CONFIG}; "
+                  f"results.json uses the zip's", flush=True)
         print(f"Grading {submission.resolve()} with {zip_path} in a fake /autograder ...",
               flush=True)
         with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:

@@ -373,7 +373,13 @@ def parse_parts(spec):
     if unknown:
         raise AssignmentError(f"--parts: unknown part {', '.join(unknown)}; the parts are "
                               f"{', '.join(BY_NAME)}")
-    return names
+    if not names:
+        raise AssignmentError(f"--parts {spec!r}: no part named; e.g. --parts mask,sample "
+                              f"(--list shows them)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise AssignmentError(f"--parts: {', '.join(twice)} named twice; name each part once")
+    return [p.name for p in PARTS if p.name in names]      # in the order of --list
 
 
 def parse_points(spec, parts):
@@ -384,6 +390,8 @@ def parse_points(spec, parts):
             continue
         name, _, value = item.partition("=")
         name = name.strip()
+        if name in points:
+            raise AssignmentError(f"--points: {name} given twice; give each part's points once")
         if name not in parts:
             raise AssignmentError(f"--points: {name!r} is not one of the chosen parts "
                                   f"({', '.join(parts)}); write part=points, e.g. mask=10")
@@ -394,6 +402,11 @@ def parse_points(spec, parts):
         if not (0 <= points[name] < 1e6):
             raise AssignmentError(f"--points: {item!r}: the points must be a number >= 0, "
                                   f"e.g. {name}=10")
+        if round(points[name], 2) != points[name]:     # so that public + hidden = the part's
+            raise AssignmentError(f"--points: {item!r}: at most 2 decimals, e.g. {name}=5.25")
+    if not any({**POINTS, **points}[p] for p in parts):
+        raise AssignmentError("--points: every chosen part is worth 0 points; give at least "
+                              "one part some, e.g. mask=10")
     return {k: int(v) if v == int(v) else v for k, v in points.items()}
 
 
@@ -474,7 +487,7 @@ def main(argv=None):
     try:
         if args.list:
             for i, p in enumerate(PARTS, 1):
-                print(f"{i:2d}. {p.name:12s} {POINTS[p.name]:3d} pt  {p.where:42s} {p.section}")
+                print(f"{i:2d}. {p.name:12s} {POINTS[p.name]:>3g} pt  {p.where:42s} {p.section}")
             return 0
         if not args.out:
             raise AssignmentError("--out is required: the folder to write the student copy to")

@@ -320,6 +320,20 @@ def _emit(record):
         f.write(json.dumps(record) + "\n")
 
 
+def _assert_source(path, lineno):
+    """The assert statement at line `lineno` of `path`, on one line ("" when not found): what a
+    bare `assert torch.allclose(...)` checked, where pytest's first line says only `assert
+    False`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assert) and node.lineno == lineno:
+                return " ".join((ast.get_source_segment(text, node) or "").split())
+    except (OSError, SyntaxError, ValueError, TypeError):
+        pass
+    return ""
+
+
 def _message(report):
     """A failed test's one line: the assertion's message or the exception, never a traceback."""
     longrepr = report.longrepr
@@ -339,6 +353,9 @@ def _message(report):
     if lines and "while importing" in lines[0] and raised:
         lines = raised[-1:]               # a module that cannot import: what it raised
     line = lines[0] if lines else "failed"
+    if line == "assert False" and crash is not None:
+        checked = _assert_source(crash.path, crash.lineno)
+        line = f"failed: {checked}" if checked else line
     return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
 
 

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -372,6 +373,11 @@ def test_in_a_student_copy_a_part_that_does_not_parse_stops_only_itself(tmp_path
     (["--points", "mask=ten"], "must be a number"),
     (["--points", "mask=-1"], "must be a number"),
     (["--points", "flops=3"], "not one of the chosen parts"),
+    (["--points", "mask=5,mask=6"], "mask given twice"),
+    (["--points", "mask=0"], "every chosen part is worth 0 points"),
+    (["--points", "mask=3.333"], "at most 2 decimals"),
+    (["--parts", ","], "no part named"),
+    (["--parts", "mask,sample,mask"], "mask named twice"),
 ])
 def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
@@ -389,6 +395,50 @@ def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
     assert grade.main(["--check", str(tmp_path / "nothere.zip")]) == 1
     err = capsys.readouterr().err
     assert "nothere.zip: no such file" in err and err.count("\n") == 1
+
+
+def test_check_refuses_a_zip_that_is_no_autograder_or_was_built_for_another_handout(
+        built, tmp_path, capsys):
+    """A student's zip of files, an autograder.zip without its points, or the zip of another
+    handout checked against this one: one line each, exit 1, nothing graded."""
+    with zipfile.ZipFile(tmp_path / "files.zip", "w") as zf:
+        zf.writestr("objectives.py", "x = 1\n")
+    with zipfile.ZipFile(built / "autograder.zip") as src, \
+            zipfile.ZipFile(tmp_path / "old.zip", "w") as zf:
+        for info in src.infolist():
+            if not info.filename.endswith("grading.json"):
+                zf.writestr(info, src.read(info))
+    assert ma.main(["--out", str(tmp_path / "hw2"), "--parts", "sample,flops",
+                    "--autograder", str(tmp_path / "hw2.zip")]) == 0
+    capsys.readouterr()
+    for args, message in [(["files.zip"], "not an autograder.zip (it has no setup.sh"),
+                          (["old.zip"], "it has no project/tests/grading.json"),
+                          (["hw2.zip", "--submission", str(built / "hw")],
+                           "grades sample, flops, but")]:
+        assert grade.main(["--check", str(tmp_path / args[0]), *args[1:]]) == 1
+        out, err = capsys.readouterr()
+        assert message in err and err.count("\n") == 1 and not out, (err, out)
+    assert ma.main(["--out", str(tmp_path / "hw3"), "--parts", "sample,flops",
+                    "--points", "sample=3"]) == 0        # the same parts, other points: a note
+    capsys.readouterr()
+    assert grade.handout_config(tmp_path / "hw3")["points"] == {"sample": 3, "flops": 8}
+    assert grade.handout_config(tmp_path) is None and grade.handout_config(ROOT) is None
+    assert autograder.zip_config(tmp_path / "hw2.zip")["points"] == {"sample": 8, "flops": 8}
+
+
+def test_a_bare_assert_that_fails_says_what_it_checked(tmp_path):
+    """pytest's first line for `assert torch.allclose(...)` without a message is `assert False`:
+    the entry shows the assert statement instead."""
+    (tmp_path / "test_x.py").write_text(
+        "def test_x(got, want):\n    assert torch.allclose(got,\n                          want)\n")
+    crash = SimpleNamespace(message="assert False\n +  where False = <built-in method allclose>",
+                            path=str(tmp_path / "test_x.py"), lineno=2)
+    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=crash))
+    assert runner._message(report) == "failed: assert torch.allclose(got, want)"
+    crash.message = "AssertionError: rows differ\nassert False"     # a message of its own
+    assert runner._message(report) == "AssertionError: rows differ"
+    crash.message, crash.lineno = "assert False", 1                 # no assert on that line
+    assert runner._message(report) == "assert False"
 
 
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
