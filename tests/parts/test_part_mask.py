@@ -116,4 +116,6 @@ def test_positions_are_uniform_over_real_tokens():
     pairs = together[torch.triu(torch.ones(30, 30, dtype=torch.bool), diagonal=1)]
     expect = 8000 * k * (k - 1) / (30 * 29)
     assert ((pairs - expect).abs() < 5 * expect ** 0.5).all(), \
-        (expect, pairs.min().item(), pairs.max().item())
+        f"the {k} positions should be a uniformly random subset: pairs of real tokens chosen " \
+        f"together {pairs.min().item():.0f} to {pairs.max().item():.0f} times, expected " \
+        f"{expect:.0f} each"
