@@ -180,9 +180,9 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` (all but padding, as the official code), in float32. D's logit scores
-    "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one
-    cross-entropy."""
+    tokens in `mask` (all but padding, as the official code), in float32, accurate for logits as
+    large as ±100 (in float32, sigmoid(17) is already 1). D's logit scores "replaced":
+    $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one cross-entropy."""
     # BEGIN ASSIGNMENT disc_loss
     bce = F.binary_cross_entropy_with_logits(logits.float(), is_replaced.float(), reduction="none")
     if mask is None:

@@ -138,6 +138,16 @@ def test_mask__a_separator_mid_row_and_uniform_positions():
     expect = B * 3 / 18
     assert ((real - expect).abs() < 5 * math.sqrt(expect)).all(), \
         f"positions should be uniform over the real tokens: counts {real.tolist()}"
+    # a uniform 3-subset: each pair of real tokens chosen together 3 * 2 / (18 * 17) of the time
+    chosen = torch.zeros(B, T).scatter_add_(1, out.positions, out.weights)   # unused add 0
+    chosen = torch.cat([chosen[:, 1:10], chosen[:, 11:20]], 1)
+    together = chosen.T @ chosen
+    pairs = together[torch.triu(torch.ones(18, 18, dtype=torch.bool), diagonal=1)]
+    expect = B * 6 / (18 * 17)
+    assert ((pairs - expect).abs() < 5 * math.sqrt(expect)).all(), \
+        f"the 3 positions should be a uniformly random subset: pairs of real tokens chosen " \
+        f"together {pairs.min().item():.0f} to {pairs.max().item():.0f} times, expected " \
+        f"{expect:.0f} each (neighbours too often or too rarely)"
 
 
 def test_mask__half_mask_half_random_tokens():
@@ -198,7 +208,10 @@ def test_sample__batch_one_reproducible_from_a_seed():
 # ============================================================================ Part 3: corrupt
 
 def masked_of(x, positions, weights):
-    return Masked(x.clone(), positions, x.gather(1, positions), weights)
+    """x_masked shows [MASK] at the used positions, as mask_tokens makes it (so corrupt must
+    compare x_corrupt with x, not with x_masked)."""
+    used = torch.zeros_like(x).scatter_add(1, positions, (weights > 0).long()) > 0
+    return Masked(x.masked_fill(used, MASK), positions, x.gather(1, positions), weights)
 
 
 def test_corrupt__batch_one_with_one_used_slot():
@@ -308,6 +321,19 @@ def test_disc_loss__a_fully_padded_row():
     got = disc_loss(logits, replaced, mask)
     assert got.item() == pytest.approx(bce64(logits, replaced, mask), rel=1e-5), \
         "the mean over the tokens in mask only"
+
+
+def test_disc_loss__large_logits_with_a_mask():
+    logits = torch.tensor([[95.0, -60.0, 17.5, -25.0, 0.3, 50.0],
+                           [-100.0, 20.0, 3.0, -17.0, 8.0, 1.0]])
+    replaced = torch.tensor([[False, True, False, True, True, True],
+                             [False, False, True, True, False, True]])
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[0, 5] = mask[1, 0] = False
+    got = disc_loss(logits, replaced, mask)
+    assert got.item() == pytest.approx(bce64(logits, replaced, mask), rel=1e-5), \
+        f"got {got.item():.4f}, expected {bce64(logits, replaced, mask):.4f}: logits up to ±100 " \
+        "should give the binary cross-entropy, not a sigmoid rounded to 0 or 1"
 
 
 def test_disc_loss__bf16_logits():
@@ -450,6 +476,31 @@ def test_attention__one_key_allowed_gives_its_value():
             "with one key allowed every query should get that key's value"
 
 
+@pytest.mark.parametrize("p", [0.25, 0.6])
+def test_attention__dropout_on_the_probabilities_only_in_training(p):
+    """Four heads, three keys of which one is allowed: each query's probability is 1 on it, so in
+    training each head's output is 0 (dropped) or v / (1 - p) (kept), and in eval always v."""
+    torch.manual_seed(113)
+    att = SelfAttention(EncoderConfig(hidden=16, heads=4, ffn=32, dropout=p))
+    with torch.no_grad():
+        att.out.weight.copy_(torch.eye(16))                    # the heads' outputs show through
+        att.out.bias.zero_()
+        h = torch.randn(300, 3, 16)
+        keep = torch.tensor([False, True, False]).expand(300, 3)[:, None, None, :]
+        v = (h @ att.qkv.weight.T + att.qkv.bias)[:, 1, 32:].view(300, 1, 4, 4)
+        got = att.eval()(h, keep).view(300, 3, 4, 4)
+        assert torch.allclose(got, v.expand_as(got), atol=1e-5), \
+            "eval: no dropout, every query gets the one allowed key's value"
+        got = att.train()(h, keep).view(300, 3, 4, 4)
+    dropped = got.abs().amax(-1) < 1e-6
+    kept = (got - v / (1 - p)).abs().amax(-1) < 1e-4
+    assert (dropped | kept).all(), \
+        "training: each head's output should be 0 or v / (1 - p) - dropout on the attention " \
+        "probabilities, not on v, the scores or the heads' outputs"
+    share = dropped.float().mean().item()
+    assert abs(share - p) < 0.05, f"{share:.3f} of the probabilities dropped, expected {p}"
+
+
 # ============================================================================ Part 8: adam
 
 def test_adam__two_groups_by_hand():
@@ -504,8 +555,10 @@ def expected_power(name, L, rule):
 
 
 @pytest.mark.parametrize("layers, rule", [(1, "official"), (2, "stated"), (4, "official"),
-                                          (4, "stated")], ids=lambda v: str(v))
+                                          (4, "stated"), (12, "stated")], ids=lambda v: str(v))
 def test_layer_decay__other_depths(layers, rule):
+    # 12 layers: encoder.blocks.10 and .11 are not block 1 (a name that merely starts with
+    # "encoder.blocks.1")
     enc = EncoderConfig(hidden=8, layers=layers, heads=2, ffn=16)
     model = fg.Classifier(vocab_size=20, emb_size=4, max_len=16, enc=enc, n_out=3)
     groups = fg.layerwise_param_groups(model, 1e-3, 0.9, rule)

@@ -121,7 +121,8 @@ PARTS = [
          "- 1(x_corrupt_t != x_t) log(1 - D(x_corrupt, t)) ]",
          "logits (B, T) scoring 'replaced' (D(x, t) = 1 - sigmoid(logit)), is_replaced (B, T), "
          "mask (B, T) bool or None -> scalar in float32: the mean over the tokens in mask (all "
-         "tokens when None) of the binary cross-entropy; tokens outside mask get no gradient.",
+         "tokens when None) of the binary cross-entropy, accurate for logits as large as ±100 "
+         "(in float32, sigmoid(17) is already 1); tokens outside mask get no gradient.",
          "return the mean over the tokens in `mask` of -log D (real tokens) or -log(1 - D) "
          "(replaced ones), D = 1 - sigmoid(logit), as a float32 scalar",
          "85-90 % of tokens are real. What loss does 'everything is real' already reach, and "

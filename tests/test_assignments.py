@@ -210,6 +210,128 @@ ALTERNATIVES = [{
         "p = torch.softmax(logits.detach().float(), dim=-1)",
         "x_hat = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=generator)",
         "return x_hat.view(p.shape[:-1])"],
+    # a loop over rows and slots
+    "corrupt": [
+        "x_corrupt = x.clone()",
+        "for b in range(x.shape[0]):",
+        "    for j in range(masked.positions.shape[1]):",
+        "        if masked.weights[b, j] > 0:",
+        "            x_corrupt[b, masked.positions[b, j]] = x_hat[b, j]",
+        "return x_corrupt, x_corrupt != x"],
+    # F.cross_entropy's own mean, unused slots set to its ignore_index
+    "mlm_loss": [
+        "t = targets.masked_fill(weights == 0, -100)",
+        "return F.cross_entropy(logits.float().flatten(0, 1), t.flatten(), ignore_index=-100)"],
+    # the stable formula by hand: max(z, 0) - z y + log(1 + exp(-|z|)), mask as float weights
+    "disc_loss": [
+        "z = logits.float()",
+        "loss = z.clamp(min=0) - z * is_replaced.float() + torch.log1p(torch.exp(-z.abs()))",
+        "w = torch.ones_like(z) if mask is None else mask.float()",
+        "return (loss * w).sum() / w.sum()"],
+    # one head at a time, masked with the float32 minimum instead of -inf
+    "attention": [
+        "B, T, H = h.shape",
+        "d = H // self.heads",
+        "qkv = self.qkv(h)",
+        "outs = []",
+        "for j in range(self.heads):",
+        "    q, k, v = (qkv[..., s * H + j * d:s * H + (j + 1) * d] for s in range(3))",
+        "    s = q @ k.transpose(1, 2) * d ** -0.5",
+        "    if attn_mask is not None:",
+        "        s = s.masked_fill(~attn_mask[:, 0], torch.finfo(s.dtype).min)",
+        "    p = F.dropout(torch.softmax(s, dim=-1), self.dropout, training=self.training)",
+        "    outs.append(p @ v)",
+        "return self.out(torch.cat(outs, dim=-1))"],
+    # decay first, as torch's AdamW (θ (1 - η w) is the same θ - η w θ), then addcdiv
+    "adam": [
+        "for p, g, m_, v_ in zip(params, grads, m, v):",
+        "    m_.lerp_(g, 1 - b1)",
+        "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+        "    if wd:",
+        "        p.mul_(1 - lr * wd)",
+        "    p.addcdiv_(m_, v_.sqrt().add(eps), value=-lr)"],
+    # the depth from the name's parts
+    "layer_decay": [
+        "for name, p in model.named_parameters():",
+        "    parts = name.split('.')",
+        "    if parts[0] == 'head':",
+        "        depth = L + 2",
+        "    elif parts[:2] == ['encoder', 'blocks']:",
+        "        depth = int(parts[2]) + (1 if rule == 'official' else 2)",
+        "    else:",
+        "        depth = 0 if rule == 'official' else 1",
+        "    power = L + 2 - depth",
+        "    if power not in groups:",
+        "        groups[power] = dict(params=[], names=[], lr=lr * decay ** power)",
+        "    groups[power]['params'].append(p)",
+        "    groups[power]['names'].append(name)"],
+    # d = hidden / heads as a float, a matmul helper
+    "flops": [
+        "def mm(m, n):",
+        "    return 2 * m * n",
+        "d = hidden / heads",
+        "total = 3 * (mm(hidden, hidden) + hidden)",
+        "total += heads * (mm(d, seq) + (SOFTMAX + DROPOUT + 1) * seq + mm(seq, d))",
+        "total += mm(hidden, hidden) + hidden + (DROPOUT + 1 + LAYER_NORM) * hidden",
+        "total += mm(hidden, ffn) + ffn + GELU * ffn + mm(ffn, hidden) + hidden",
+        "return total + (DROPOUT + 1 + LAYER_NORM) * hidden"],
+}, {
+    # torch.multinomial without replacement over every position, special ones at weight 1e-12
+    # (so that a row always has K to draw); unused slots may then hold a special token
+    "mask": [
+        "B, T = x.shape",
+        "is_real = torch.ones_like(x, dtype=torch.bool)",
+        "for s in special_ids:",
+        "    is_real &= x != s",
+        "n = is_real.sum(1)",
+        "k = torch.minimum(torch.round(mask_prob * n).clamp(min=1), n).clamp(max=n_slots)",
+        "positions = torch.multinomial(is_real.double() + 1e-12, n_slots, generator=generator)",
+        "weights = (torch.arange(n_slots)[None] < k[:, None]).float()",
+        "targets = x.gather(1, positions)",
+        "u = torch.rand(B, n_slots, generator=generator)",
+        "shown = torch.where(u < replace_prob, mask_id, targets)",
+        "if random_prob:",
+        "    rnd = torch.randint(n_random, (B, n_slots), generator=generator)",
+        "    is_rnd = (u >= replace_prob) & (u < replace_prob + random_prob)",
+        "    shown = torch.where(is_rnd, rnd, shown)",
+        "shown = torch.where(weights.bool(), shown, targets)",
+        "return Masked(x.scatter(1, positions, shown), positions, targets, weights)"],
+    # the exponential race: argmax(z - log E), E ~ Exp(1), is Gumbel-max
+    "sample": [
+        "z = logits.detach().float()",
+        "e = torch.empty_like(z).exponential_(generator=generator)",
+        "return torch.argmax(z - torch.log(e), dim=-1)"],
+    # from x_masked, which differs from x at used positions only, all of them overwritten
+    "corrupt": [
+        "x_corrupt = masked.x_masked.clone()",
+        "used = masked.weights > 0",
+        "rows = torch.arange(x.shape[0])[:, None].expand_as(masked.positions)",
+        "x_corrupt[rows[used], masked.positions[used]] = x_hat[used]",
+        "return x_corrupt, x_corrupt != x"],
+    # logsumexp minus the target's logit, the used slots by a boolean index
+    "mlm_loss": [
+        "z = logits.float()",
+        "nll = z.logsumexp(-1) - z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)",
+        "return nll[weights > 0].mean()"],
+    # softplus, the mask through torch.where
+    "disc_loss": [
+        "z = logits.float()",
+        "loss = F.softplus(z) - is_replaced.float() * z",
+        "mask = torch.ones_like(is_replaced, dtype=torch.bool) if mask is None else mask",
+        "return torch.where(mask, loss, torch.zeros_like(loss)).sum() / mask.sum()"],
+    # einsum, chunk, an additive -1e9 mask, dropout only when training
+    "attention": [
+        "import math",
+        "B, T, H = h.shape",
+        "n, d = self.heads, H // self.heads",
+        "q, k, v = (t.view(B, T, n, d) for t in self.qkv(h).chunk(3, dim=-1))",
+        "s = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(d)",
+        "if attn_mask is not None:",
+        "    s = s + (~attn_mask).float() * -1e9",
+        "p = s.softmax(-1)",
+        "if self.training and self.dropout > 0:",
+        "    p = F.dropout(p, p=self.dropout)",
+        "return self.out(torch.einsum('bhqk,bkhd->bqhd', p, v).reshape(B, T, H))"],
 }]
 
 
@@ -300,6 +422,95 @@ WRONG = [{
     # λ on L_MLM instead of L_Disc
     "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
                    "loss = self.disc_weight * loss_mlm + loss_disc"),
+    # the cross-entropy in the logits' dtype (bf16 stays bf16), cast to float32 at the end
+    "mlm_loss": ("logits.float().flatten(0, 1)", "logits.flatten(0, 1)"),
+    # through the probability: sigmoid, then F.binary_cross_entropy (sigmoid(17) is 1 in float32)
+    "disc_loss": ("F.binary_cross_entropy_with_logits(logits.float(),",
+                  "F.binary_cross_entropy(torch.sigmoid(logits.float()),"),
+    # dropout on the heads' outputs instead of the attention probabilities: the same mean
+    "attention": ["B, T, H = h.shape",
+                  "q, k, v = self.qkv(h).view(B, T, 3, self.heads, H // self.heads)"
+                  ".permute(2, 0, 3, 1, 4)",
+                  "a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)",
+                  "a = F.dropout(a, self.dropout, self.training)",
+                  "return self.out(a.transpose(1, 2).reshape(B, T, H))"],
+    # the decay applied after the Adam step, to the new θ
+    "adam": ["for p, g, m_, v_ in zip(params, grads, m, v):",
+             "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+             "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+             "    p.addcdiv_(m_, v_.sqrt() + eps, value=-lr)",
+             "    p.mul_(1 - lr * wd)"],
+    # the block index by startswith over range(L): encoder.blocks.10 reads as block 1
+    "layer_decay": ["for name, p in model.named_parameters():",
+                    "    depth = L + 2 if name.startswith('head.') else 0 if rule == 'official' "
+                    "else 1",
+                    "    for i in range(L):",
+                    "        if name.startswith(f'encoder.blocks.{i}'):",
+                    "            depth = i + 1 if rule == 'official' else i + 2",
+                    "            break",
+                    "    power = L + 2 - depth",
+                    "    g = groups.setdefault(power, {'params': [], 'names': [], "
+                    "'lr': lr * decay ** power})",
+                    "    g['params'].append(p)",
+                    "    g['names'].append(name)"],
+}, {
+    # a run of k neighbouring real tokens from a random start (cyclic): every position as
+    # often as the rule's, but not a uniform k-subset
+    "mask": [
+        "B, T = x.shape",
+        "is_real = torch.ones_like(x, dtype=torch.bool)",
+        "for s in special_ids:",
+        "    is_real &= x != s",
+        "positions = torch.zeros(B, n_slots, dtype=torch.long)",
+        "weights = torch.zeros(B, n_slots)",
+        "x_masked = x.clone()",
+        "for b in range(B):",
+        "    real = is_real[b].nonzero().flatten()",
+        "    n = len(real)",
+        "    k = min(max(int(mask_prob * n + 0.5), 1), n, n_slots)",
+        "    if k == 0:",
+        "        continue",
+        "    start = int(torch.randint(0, n, (1,), generator=generator))",
+        "    chosen = real[(start + torch.arange(k)) % n]",
+        "    positions[b, :k] = chosen",
+        "    weights[b, :k] = 1",
+        "    u = torch.rand(k, generator=generator)",
+        "    rnd = torch.randint(0, n_random or 1, (k,), generator=generator)",
+        "    shown = torch.where(u < replace_prob + random_prob, rnd, x[b, chosen])",
+        "    x_masked[b, chosen] = torch.where(u < replace_prob, mask_id, shown)",
+        "return Masked(x_masked, positions, x.gather(1, positions), weights)"],
+    # torch.distributions.Categorical: exact, but from the global RNG, not `generator`
+    "sample": ["return torch.distributions.Categorical(logits=logits.detach().float()).sample()"],
+    # labels against x_masked instead of x: every [MASK] position looks replaced
+    "corrupt": ["x_corrupt = x.clone()",
+                "used = masked.weights > 0",
+                "rows = torch.arange(x.shape[0])[:, None].expand_as(masked.positions)",
+                "x_corrupt[rows[used], masked.positions[used]] = x_hat[used]",
+                "return x_corrupt, x_corrupt != masked.x_masked"],
+    # the mean of each row's mean
+    "mlm_loss": ["nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction='none')",
+                 "per_row = (nll * weights).sum(1) / weights.sum(1).clamp(min=1)",
+                 "return per_row[weights.sum(1) > 0].mean()"],
+    # the paper's two logs of a sigmoid, written out
+    "disc_loss": ["p = torch.sigmoid(logits.float())",
+                  "y = is_replaced.float()",
+                  "loss = -(1 - y) * torch.log(1 - p) - y * torch.log(p)",
+                  "return loss.mean() if mask is None else loss[mask].mean()"],
+    # dropout on v instead of the probabilities
+    "attention": ["B, T, H = h.shape",
+                  "q, k, v = self.qkv(h).view(B, T, 3, self.heads, H // self.heads)"
+                  ".permute(2, 0, 3, 1, 4)",
+                  "v = F.dropout(v, self.dropout, self.training)",
+                  "a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)",
+                  "return self.out(a.transpose(1, 2).reshape(B, T, H))"],
+    # ε inside the square root
+    "adam": ["for p, g, m_, v_ in zip(params, grads, m, v):",
+             "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+             "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+             "    p.sub_(lr * (m_ / (v_ + eps).sqrt() + wd * p))"],
+    # the 1/sqrt(d) scale counted on q (hidden per token) instead of on the scores
+    "flops": ("+ (SOFTMAX + DROPOUT + 1) * seq * heads",
+              "+ (SOFTMAX + DROPOUT) * seq * heads + hidden"),
 }]
 
 

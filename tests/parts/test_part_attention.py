@@ -66,3 +66,22 @@ def test_dropout_on_the_probabilities_in_training_only():
         assert (draws.mean(0) - ref).abs().max() < 0.1, (draws.mean(0) - ref).abs().max()
         att.dropout = 0.0
         assert torch.allclose(att(h), ref, atol=1e-6)          # p = 0: as eval
+
+
+def test_dropout_drops_whole_probabilities():
+    """Dropout acts on the attention probabilities, not on v or the heads' outputs: with one key
+    each query's probability is 1, so in training each head's output is either 0 (dropped) or
+    v / (1 - p) (kept, scaled), never a mix of dropped and kept coordinates."""
+    torch.manual_seed(3)
+    att = SelfAttention(EncoderConfig(hidden=8, heads=2, ffn=16, dropout=0.5)).train()
+    with torch.no_grad():
+        att.out.weight.copy_(torch.eye(8))                     # out: the identity, so the
+        att.out.bias.zero_()                                   # heads' outputs show through
+        h = torch.randn(400, 1, 8)                             # 400 rows of one token
+        v = (h @ att.qkv.weight.T + att.qkv.bias)[..., 16:].view(400, 2, 4)
+        got = att(h).view(400, 2, 4)
+    dropped = got.abs().amax(-1) < 1e-6
+    kept = (got - 2 * v).abs().amax(-1) < 1e-5
+    assert (dropped | kept).all(), "a head's output was partly dropped: dropout is not on the " \
+                                   "probabilities"
+    assert 0.4 < dropped.float().mean().item() < 0.6           # p = 0.5 of them dropped

@@ -8,8 +8,14 @@ import torch
 from objectives import Masked, corrupt
 
 
+MASK = 999         # [MASK] in x_masked: an id no x below holds
+
+
 def masked_of(x, positions, weights):
-    return Masked(x.clone(), positions, x.gather(1, positions), weights)
+    """Masked as mask_tokens makes it: x_masked shows [MASK] at the used slots' positions, so
+    it differs from x there (corrupt compares with x, never with x_masked)."""
+    used = torch.zeros_like(x).scatter_add(1, positions, (weights > 0).long()) > 0
+    return Masked(x.masked_fill(used, MASK), positions, x.gather(1, positions), weights)
 
 
 def test_hand_worked_example():

@@ -1,8 +1,8 @@
 """Part 5, disc_loss (objectives.disc_loss): L_Disc, the binary cross-entropy of D over tokens.
 
 D's logit scores "replaced": D(x, t) = 1 - sigmoid(logit_t) is the probability of "real". The
-mean over the tokens in mask (every token when mask is None), a float32 scalar; tokens outside
-mask get no gradient."""
+mean over the tokens in mask (every token when mask is None), a float32 scalar, accurate for
+logits as large as ±100; tokens outside mask get no gradient."""
 import math
 
 import pytest
@@ -35,6 +35,16 @@ def test_every_token_counts_when_no_mask_is_given():
     assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5)
 
 
+def test_accurate_for_large_logits():
+    """Confident logits: in float32 sigmoid(40) is exactly 1, so a loss taken through the
+    probability loses -log(1 - D) of a confident mistake; from the logit it is 40."""
+    logits = torch.tensor([[40.0, -40.0, 30.0, -30.0, 100.0]])
+    is_replaced = torch.tensor([[False, True, True, False, True]])
+    got = disc_loss(logits, is_replaced)
+    # two confident mistakes (a loss of 40 each, to 1e-17) and three confident right answers
+    assert got.item() == pytest.approx(80 / 5, rel=1e-6)
+
+
 def test_the_sign_replaced_is_a_positive_logit():
     rep = torch.tensor([[True]])
     assert disc_loss(torch.tensor([[5.0]]), rep) < disc_loss(torch.tensor([[-5.0]]), rep)
@@ -46,6 +56,9 @@ def test_float32_and_gradient_only_on_masked_tokens():
     mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
     loss = disc_loss(logits.bfloat16(), is_replaced, mask)
     assert loss.dtype == torch.float32
+    # computed in float32 from the bf16 values, not in bf16 and cast at the end
+    z = logits.detach().bfloat16().double()[mask]
+    assert loss.item() == pytest.approx(torch.nn.functional.softplus(z).mean().item(), rel=1e-4)
     loss.backward()
     assert (logits.grad[~mask] == 0).all() and (logits.grad[mask] != 0).all()
     expect = torch.sigmoid(logits.detach()) / 9                # d BCE / d logit, mean over 9

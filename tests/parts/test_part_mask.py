@@ -106,3 +106,16 @@ def test_positions_are_uniform_over_real_tokens():
     assert counts[0] == 0 and counts[-1] == 0
     # each count is binomial-like: within 5 standard deviations of the mean
     assert ((real - real.mean()).abs() < 5 * real.mean().sqrt()).all()
+    # a uniform k-subset, not only uniform positions: every pair of real positions is chosen
+    # together k (k - 1) / (n (n - 1)) of the time (a run of k neighbours from a random start,
+    # or one position from each of k stretches, chooses each position as often but not pairs)
+    k = int(out.weights[0].sum())
+    assert (out.weights.sum(1) == k).all()
+    chosen = torch.zeros(8000, 32).scatter_add_(1, out.positions, out.weights)[:, 1:-1]
+    together = chosen.T @ chosen                                  # (30, 30) co-occurrences
+    pairs = together[torch.triu(torch.ones(30, 30, dtype=torch.bool), diagonal=1)]
+    expect = 8000 * k * (k - 1) / (30 * 29)
+    assert ((pairs - expect).abs() < 5 * expect ** 0.5).all(), \
+        f"the {k} positions should be a uniformly random subset: pairs of real tokens chosen " \
+        f"together {pairs.min().item():.0f} to {pairs.max().item():.0f} times, expected " \
+        f"{expect:.0f} each"

@@ -39,6 +39,10 @@ def test_float32_under_bf16_logits_and_gradient():
     weights = torch.ones(2, 3)
     a = mlm_loss(logits.bfloat16(), targets, weights)
     assert a.dtype == torch.float32
+    # computed in float32 from the bf16 values, not in bf16 and cast at the end (which is off
+    # by some 1e-3)
+    exact = -torch.log_softmax(logits.bfloat16().double(), -1).gather(-1, targets[..., None])
+    assert a.item() == pytest.approx(exact.mean().item(), rel=1e-4)
     leaf = logits.clone().requires_grad_(True)
     mlm_loss(leaf, targets, weights).backward()
     # d/dlogits of the mean NLL: (softmax - onehot) / 6 at each slot
