@@ -169,7 +169,7 @@ def corrupt(x, masked: Masked, x_hat):
 
 def mlm_loss(logits, targets, weights):
     """L_MLM: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
-    sum; the official code averages), in float32. logits (B, K, V) at the masked positions,
+    sum; the official code averages), in float32, accurate for logits as large as ±100. logits (B, K, V) at the masked positions,
     targets (B, K), weights (B, K). By default training computes the same number fused with
     the sample (machinery/mlm_output.py; `--plain_mlm` runs this function)."""
     # BEGIN ASSIGNMENT mlm_loss

@@ -276,6 +276,17 @@ def test_mlm_loss__bf16_logits_over_a_large_vocabulary():
         "the mean over the used slots of -log softmax at the targets"
 
 
+def test_mlm_loss__large_logits_over_a_large_vocabulary():
+    g = torch.Generator().manual_seed(83)
+    logits = torch.randn(2, 3, VOCAB, generator=g) * 60          # spread over about ±250
+    targets = logits.argmin(-1)                                   # the least likely tokens
+    weights = torch.tensor([[1.0, 1, 0], [1, 1, 1]])
+    got = mlm_loss(logits, targets, weights)
+    assert math.isfinite(got.item()) and got.item() == pytest.approx(
+        nll64(logits, targets, weights), rel=1e-5), \
+        f"got {got.item()}: -log softmax at targets far below the largest logit, finite"
+
+
 def test_mlm_loss__batch_one_with_one_used_slot():
     logits = torch.tensor([[[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 9.0, 0.0]]])
     got = mlm_loss(logits, torch.tensor([[1, 2]]), torch.tensor([[1.0, 0.0]]))

@@ -110,7 +110,9 @@ PARTS = [
     Part("mlm_loss", "L_MLM", "objectives.py: mlm_loss", "§2",
          "L_MLM = E[ sum_{i in m} -log p_G(x_i | x_masked) ]",
          "logits (B, K, V), targets (B, K), weights (B, K) -> scalar: the mean of -log softmax "
-         "at the targets over the used slots (weight 1), in float32 whatever the logits' dtype. "
+         "at the targets over the used slots (weight 1), in float32 whatever the logits' dtype, "
+         "accurate for logits as large as ±100 (log of softmax is not: exp(-200) is 0 in "
+         "float32). "
          "Train with `electra_small.py --plain_mlm` to use it (else machinery/mlm_output.py "
          "computes L_MLM).",
          "return the mean over the used slots of -log p_G(target), p_G = softmax(logits), as a "

@@ -511,6 +511,11 @@ WRONG = [{
     # the 1/sqrt(d) scale counted on q (hidden per token) instead of on the scores
     "flops": ("+ (SOFTMAX + DROPOUT + 1) * seq * heads",
               "+ (SOFTMAX + DROPOUT) * seq * heads + hidden"),
+}, {
+    # the log of a softmax: exp underflows to 0 for a target far below the largest logit
+    "mlm_loss": ["p = torch.softmax(logits.float(), dim=-1)",
+                 "nll = -torch.log(p.gather(-1, targets[..., None]).squeeze(-1))",
+                 "return (nll * weights).sum() / weights.sum().clamp(min=1.0)"],
 }]
 
 

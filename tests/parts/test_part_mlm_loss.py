@@ -1,6 +1,6 @@
 """Part 4, mlm_loss (objectives.mlm_loss): L_MLM = E[sum_{i in m} -log p_G(x_i | x_masked)],
 as the mean over the used slots (weight 1) of -log softmax(logits) at the targets, a float32
-scalar whatever the logits' dtype."""
+scalar whatever the logits' dtype, accurate for logits as large as ±100."""
 import math
 
 import pytest
@@ -31,6 +31,16 @@ def test_mean_over_used_slots_in_a_batch():
     terms = [nll(logits[b, k].tolist(), targets[b, k].item())
              for b in range(3) for k in range(4) if weights[b, k] > 0]
     assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_accurate_for_large_logits():
+    """A target 200 below the largest logit: -log p_G is 200 (to 1e-87); log of a float32
+    softmax takes the log of exp(-200), which is 0 there, and gives infinity."""
+    logits = torch.tensor([[[100.0, -100.0, 0.0], [-100.0, 100.0, 100.0]]])
+    got = mlm_loss(logits, torch.tensor([[1, 0]]), torch.tensor([[1.0, 1.0]]))
+    expect = (200 + (200 + math.log(2))) / 2
+    assert got.item() == pytest.approx(expect, rel=1e-6), \
+        f"got {got.item()}: -log p_G at a target 200 below the largest logit is about 200"
 
 
 def test_float32_under_bf16_logits_and_gradient():
