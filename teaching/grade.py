@@ -187,7 +187,7 @@ def make_tree(source, dest, texts):
 # ---------------------------------------------------------------------------- scores
 
 
-def entry(part, kind, tests, max_score, reason=None):
+def entry(part, kind, tests, max_score, reason=None, shown="after_due_date"):
     """One results.json test entry: a part's public or hidden tests."""
     p = ma.BY_NAME[part]
     n = ma.PARTS.index(p) + 1
@@ -207,7 +207,7 @@ def entry(part, kind, tests, max_score, reason=None):
     return {"name": f"Part {n}: {p.title} ({part}) - {kind} tests",
             "number": f"{n}.{1 if kind == 'public' else 2}",
             "score": score, "max_score": max_score, "output": output,
-            "visibility": "visible" if kind == "public" else "after_due_date",
+            "visibility": "visible" if kind == "public" else shown,
             "extra_data": {"part": part, "kind": kind, "passed": 0 if reason else passed,
                            "tests": len(tests)}}
 
@@ -230,18 +230,18 @@ def score_entries(cfg, parts, hidden, results, collected, refused):
                            public_max, reason))
         if hidden:
             tests.append(entry(part, "hidden", [t for t in ran if is_hidden(t[0])],
-                               hidden_max, reason))
+                               hidden_max, reason, cfg.get("hidden_visibility", "after_due_date")))
     return tests
 
 
 def results_json(tests, seconds, parts, note=None):
     total = round(sum(t["score"] for t in tests), 2)
-    hidden = any(t["visibility"] != "visible" for t in tests)
+    hidden = {t["visibility"] for t in tests} - {"visible"}
+    when = ma.SHOWN.get(min(hidden), "later") if hidden else ""
     text = (f"Graded: {', '.join(parts)}, each from the code between its # BEGIN ASSIGNMENT and "
             f"# END ASSIGNMENT markers only. Every test of a part is worth the same share of it. "
-            + ("Public tests are shown now; the hidden tests (the same contract on other seeds, "
-               "shapes and edge cases) after the due date, and with them the total."
-               if hidden else ""))
+            + (f"Public tests are shown now; the hidden tests (the same contract on other seeds, "
+               f"shapes and edge cases) {when}, and with them the total." if hidden else ""))
     return {"score": total, "execution_time": int(round(seconds)), "output": note or text,
             "stdout_visibility": "hidden", "visibility": "visible", "tests": tests}
 

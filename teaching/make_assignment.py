@@ -196,6 +196,11 @@ BY_NAME = {p.name: p for p in PARTS}
 POINTS = {"mask": 12, "sample": 8, "corrupt": 8, "mlm_loss": 6, "disc_loss": 6, "joint_loss": 12,
           "attention": 14, "adam": 10, "layer_decay": 8, "electra15": 8, "flops": 8}
 HIDDEN_SHARE = 0.5
+# When students see the hidden tests' results (Gradescope's visibility of a test; --shown):
+# after the due date (the default), when the instructor publishes the grades, or never.
+SHOWN = {"after_due_date": "after the due date",
+         "after_published": "when the grades are published",
+         "hidden": "never: only the instructor sees them"}
 # The grader's time limits, in seconds (teaching/grade.py): each part's tests (public and hidden
 # together) may take TIME_LIMIT_S, the start of PyTorch and the tests STARTUP_S, the whole run
 # BUDGET_S - under Gradescope's default of 10 minutes, so that results.json is always written.
@@ -292,7 +297,7 @@ def points_line(points):
     return f"{points:g} ({points - hidden:g} for the public tests, {hidden:g} for the hidden tests)"
 
 
-def assignments_md(parts, points=None):
+def assignments_md(parts, points=None, shown="after_due_date"):
     points = {**POINTS, **(points or {})}
     files = sorted({BY_NAME[p].file for p in parts})
     out = ["# ELECTRA assignments", "",
@@ -305,7 +310,7 @@ def assignments_md(parts, points=None):
            f"- {sum(points[p] for p in parts):g} points in all, each part's below. "
            + (f"{HIDDEN_SHARE:.0%} of a part's points go to hidden tests: the same contract on "
               "other seeds, shapes and edge cases (a row with one real token, a fully padded "
-              "row, batch 1, bf16 inputs, a large vocabulary), shown after the due date. "
+              f"row, batch 1, bf16 inputs, a large vocabulary), shown {SHOWN[shown]}. "
               if HIDDEN_SHARE else "")
            + "Within the public or the hidden tests of a part, every test counts the same.",
            "- Only the code between a part's markers is graded: put any helper function or "
@@ -330,12 +335,13 @@ def assignments_md(parts, points=None):
     return "\n".join(out)
 
 
-def grading_config(parts, points=None):
-    """What the grader reads (the copy's tests/grading.json): the parts, their points and the
-    time limits."""
+def grading_config(parts, points=None, shown="after_due_date"):
+    """What the grader reads (the copy's tests/grading.json): the parts, their points, when the
+    hidden tests are shown and the time limits."""
     points = {**POINTS, **(points or {})}
     return {"parts": list(parts), "points": {p: points[p] for p in parts},
-            "hidden_share": HIDDEN_SHARE, "time_limit_s": {p: TIME_LIMIT_S for p in parts},
+            "hidden_share": HIDDEN_SHARE, "hidden_visibility": shown,
+            "time_limit_s": {p: TIME_LIMIT_S for p in parts},
             "startup_s": STARTUP_S, "budget_s": BUDGET_S}
 
 
@@ -413,7 +419,7 @@ def parse_points(spec, parts):
     return {k: int(v) if v == int(v) else v for k, v in points.items()}
 
 
-def make_copy(out, parts, points=None):
+def make_copy(out, parts, points=None, shown="after_due_date"):
     """Write the student copy into `out` (a new or empty folder)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -444,10 +450,10 @@ def make_copy(out, parts, points=None):
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
         (tmp / "tests" / "grading.json").write_text(       # the points, for teaching/grade.py
-            json.dumps(grading_config(parts, points), indent=2) + "\n")
+            json.dumps(grading_config(parts, points, shown), indent=2) + "\n")
         shutil.copytree(ROOT / "docs", tmp / "docs",          # the README's links resolve
                         ignore=shutil.ignore_patterns(INSTRUCTOR_NOTES.name))   # not the answers
-        (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts, points))
+        (tmp / "ASSIGNMENTS.md").write_text(assignments_md(parts, points, shown))
         readme = (tmp / "README.md").read_text().split("\n")
         (tmp / "README.md").write_text("\n".join(readme[:1] + copy_note(parts, left_out)
                                                  + readme[1:]))
@@ -485,6 +491,9 @@ def main(argv=None):
                     "(default: the POINTS table of this file)")
     ap.add_argument("--autograder", metavar="ZIP",
                     help="also write Gradescope's autograder.zip for the copy to this file")
+    ap.add_argument("--shown", choices=list(SHOWN), default="after_due_date",
+                    help="when students see the hidden tests' results on Gradescope (default: "
+                         "after_due_date; after_published: when you publish the grades)")
     ap.add_argument("--list", action="store_true", help="list the parts and exit")
     args = ap.parse_args(argv)
     try:
@@ -497,7 +506,7 @@ def main(argv=None):
         parts = parse_parts(args.parts)
         points = parse_points(args.points, parts)
         target = zip_path(args.autograder, args.out) if args.autograder else None
-        make_copy(args.out, parts, points)
+        make_copy(args.out, parts, points, args.shown)
         if target:
             try:
                 autograder.write_zip(Path(args.out), target, ROOT / HIDDEN_TESTS, FOLDERS)

@@ -387,6 +387,28 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, args, me
     assert not any(tmp_path.iterdir())
 
 
+def test_hidden_results_shown_when_the_instructor_chooses(tmp_path, capsys):
+    """--shown after_published: the hidden entries' visibility in results.json, and what the
+    handout's ASSIGNMENTS.md and results.json's text tell students; a value Gradescope does not
+    know is one line."""
+    d = tmp_path / "course"
+    d.mkdir()
+    assert ma.main(["--out", str(d / "hw"), "--parts", "mask,sample", "--shown",
+                    "after_published", "--autograder", str(d / "ag.zip")]) == 0
+    assert "shown when the grades are published" in (d / "hw" / "ASSIGNMENTS.md").read_text()
+    r = autograder.run_fake(d / "ag.zip", ROOT, tmp_path / "autograder",
+                            python=sys.executable, timeout=HANG)
+    hidden = [t for t in r["tests"] if t["extra_data"]["kind"] == "hidden"]
+    assert len(hidden) == 2 and {t["visibility"] for t in hidden} == {"after_published"}
+    assert r["score"] == 20 and "when the grades are published" in r["output"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        ma.main(["--out", str(tmp_path / "hw2"), "--shown", "later"])
+    err = capsys.readouterr().err
+    assert e.value.code != 0 and err.count("\n") == 1 and "--shown" in err, err
+    assert not (tmp_path / "hw2").exists()
+
+
 def test_check_refuses_what_is_not_a_zip(tmp_path, capsys):
     (tmp_path / "x.zip").write_text("not a zip")
     assert grade.main(["--check", str(tmp_path / "x.zip")]) == 1
