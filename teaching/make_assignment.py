@@ -506,6 +506,7 @@ def main(argv=None):
         parts = parse_parts(args.parts)
         points = parse_points(args.points, parts)
         target = zip_path(args.autograder, args.out) if args.autograder else None
+        replaced = target is not None and target.exists()
         make_copy(args.out, parts, points, args.shown)
         if target:
             try:
@@ -521,6 +522,9 @@ def main(argv=None):
     print(f"wrote {args.out}: {len(parts)} part(s) to write ({', '.join(parts)}), {total:g} "
           f"points; see {Path(args.out) / 'ASSIGNMENTS.md'}")
     if target:
+        if replaced:
+            print(f"note: {target} existed and is replaced: upload the new one to Gradescope "
+                  "(Update Autograder) before students submit against it")
         print(f"wrote {target}: Gradescope's autograder (docs/instructor-notes.md, "
               f"\"Gradescope\"); check it with: python teaching/grade.py --check {target}")
     return 0

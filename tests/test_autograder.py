@@ -396,6 +396,10 @@ def test_hidden_results_shown_when_the_instructor_chooses(tmp_path, capsys):
     assert ma.main(["--out", str(d / "hw"), "--parts", "mask,sample", "--shown",
                     "after_published", "--autograder", str(d / "ag.zip")]) == 0
     assert "shown when the grades are published" in (d / "hw" / "ASSIGNMENTS.md").read_text()
+    assert "replaced" not in capsys.readouterr().out
+    assert ma.main(["--out", str(d / "hw-b"), "--parts", "mask,sample", "--shown",
+                    "after_published", "--autograder", str(d / "ag.zip")]) == 0
+    assert "note: " + str(d / "ag.zip") + " existed and is replaced" in capsys.readouterr().out
     r = autograder.run_fake(d / "ag.zip", ROOT, tmp_path / "autograder",
                             python=sys.executable, timeout=HANG)
     hidden = [t for t in r["tests"] if t["extra_data"]["kind"] == "hidden"]
