@@ -186,10 +186,9 @@ def main(argv=None):
             cli.remove_if_left_empty(args.out_dir, existed)
         return 1
     except NotImplementedError as e:    # a student copy with a part still blank: one line
-        if not cli.blank_part(e):
-            raise
+        line = cli.blank_part_or_raise(e)
         if dist.main:
-            print(cli.blank_part(e), file=sys.stderr)
+            print(line, file=sys.stderr)
             log = Path(args.out_dir) / "log.jsonl"        # opened, but no step ever logged
             if not existed and log.is_file() and log.stat().st_size == 0:
                 log.unlink()

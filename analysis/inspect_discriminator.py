@@ -422,9 +422,7 @@ def main(argv=None):
         cli.remove_if_left_empty(out, existed)
         return 1
     except NotImplementedError as e:    # a student copy with a part still blank: one line
-        if not cli.blank_part(e):
-            raise
-        print(cli.blank_part(e), file=sys.stderr)
+        print(cli.blank_part_or_raise(e), file=sys.stderr)
         cli.remove_if_left_empty(out, existed)
         return 1
     except KeyboardInterrupt:

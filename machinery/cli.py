@@ -31,11 +31,20 @@ def blank_part(e):
     teaching/make_assignment.py writes each chosen part's body as `raise NotImplementedError(
     "Part N (name, paper §x): hint. See ASSIGNMENTS.md")`; a command that reaches it says so in
     one line instead of a traceback through the training loop. Any other NotImplementedError is
-    a bug and keeps its traceback (the caller re-raises it)."""
+    a bug and keeps its traceback (blank_part_or_raise raises it again)."""
     text = str(e)
     if isinstance(e, NotImplementedError) and text.startswith("Part ") and "ASSIGNMENTS.md" in text:
         return f"error: this copy's assignment is not done yet: {text}"
     return None
+
+
+def blank_part_or_raise(e):
+    """In `except NotImplementedError as e:`, blank_part's line for a student copy's blank part;
+    any other NotImplementedError is raised again, with its traceback."""
+    line = blank_part(e)
+    if line is None:
+        raise e
+    return line
 
 
 class Parser(argparse.ArgumentParser):

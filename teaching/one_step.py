@@ -112,9 +112,7 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     except NotImplementedError as e:    # a student copy with a part still blank: one line
-        if not cli.blank_part(e):
-            raise
-        print(cli.blank_part(e), file=sys.stderr)
+        print(cli.blank_part_or_raise(e), file=sys.stderr)
         return 1
     data.update(
         command="python teaching/one_step.py " + " ".join(

@@ -201,4 +201,6 @@ def test_a_student_copy_with_a_blank_part_says_so_in_one_line(data_dir, tmp_path
     assert len(lines) == 1 and "Part 2 (sample" in lines[0] and "ASSIGNMENTS.md" in lines[0], lines
     assert not (tmp_path / "o").exists()
     assert cli.blank_part(NotImplementedError("no sparse kernel")) is None
+    with pytest.raises(NotImplementedError, match="no sparse kernel"):
+        cli.blank_part_or_raise(NotImplementedError("no sparse kernel"))
     assert cli.blank_part(ValueError("Part 2 (x): y. See ASSIGNMENTS.md")) is None
