@@ -1,5 +1,6 @@
 """Teaching: the Annotated ELECTRA and course assignments, both made from the reference code.
 
+    course.py           the course: the parts, their contracts, points and the grader's limits
     make_assignment.py  a student copy with chosen functions blank, graded part by part
     grade.py            the grader: a copy's score table, Gradescope's results.json
     runner.py           the tests' process the grader runs (limits, an ordinary user) and its plugin

@@ -42,7 +42,7 @@ if not __package__:   # run as a path (python teaching/grade.py): import from th
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
-from teaching import autograder
+from teaching import autograder, course
 from teaching import make_assignment as ma
 from teaching import runner
 from teaching.runner import is_hidden, test_name
@@ -121,7 +121,7 @@ def submitted_body(text, part, name):
     return body, b + 1
 
 
-BY_NAME_FUNC = {p.name: p.where.split(": ")[1].split(".") for p in ma.PARTS}
+BY_NAME_FUNC = {p.name: p.where.split(": ")[1].split(".") for p in course.PARTS}
 
 
 def handout(source, rel, parts):
@@ -130,7 +130,7 @@ def handout(source, rel, parts):
     student's own: a part that does not parse there must not stop the others.)"""
     text = (source / rel).read_text()
     for part in parts:
-        if ma.BY_NAME[part].file == rel and part in ma.regions(text):
+        if course.BY_NAME[part].file == rel and part in ma.regions(text):
             text = ma.replace_body(text, part, ma.stub(part))
     return text
 
@@ -141,7 +141,7 @@ def splice(source, submission, parts):
     runs."""
     refused, texts = {}, {}
     for part in parts:
-        rel = ma.BY_NAME[part].file
+        rel = course.BY_NAME[part].file
         if rel not in texts:                  # once per file: read and blanked as handed out
             texts[rel] = handout(source, rel, parts)
         own = texts[rel]
@@ -189,8 +189,8 @@ def make_tree(source, dest, texts):
 
 def entry(part, kind, tests, max_score, reason=None, shown="after_due_date"):
     """One results.json test entry: a part's public or hidden tests."""
-    p = ma.BY_NAME[part]
-    n = ma.PARTS.index(p) + 1
+    p = course.BY_NAME[part]
+    n = course.PARTS.index(p) + 1
     passed = sum(ok for _, ok, _ in tests)
     if reason:
         score, output = 0.0, f"0 points: {reason}."
@@ -230,14 +230,14 @@ def score_entries(cfg, parts, hidden, results, collected, refused):
                            public_max, reason))
         if hidden:
             tests.append(entry(part, "hidden", [t for t in ran if is_hidden(t[0])],
-                               hidden_max, reason, cfg.get("hidden_visibility", "after_due_date")))
+                               hidden_max, reason, cfg.get("hidden_visibility", course.DEFAULT_SHOWN)))
     return tests
 
 
 def results_json(tests, seconds, parts, note=None):
     total = round(sum(t["score"] for t in tests), 2)
     hidden = {t["visibility"] for t in tests} - {"visible"}
-    when = ma.SHOWN.get(min(hidden), "later") if hidden else ""
+    when = course.SHOWN.get(min(hidden), "later") if hidden else ""
     text = (f"Graded: {', '.join(parts)}, each from the code between its # BEGIN ASSIGNMENT and "
             f"# END ASSIGNMENT markers only. Every test of a part is worth the same share of it. "
             + (f"Public tests are shown now; the hidden tests (the same contract on other seeds, "
@@ -269,7 +269,7 @@ def load_config(source):
     path = source / CONFIG
     if path.is_file():
         return json.loads(path.read_text())
-    return ma.grading_config([p.name for p in ma.PARTS])     # the project itself: every part
+    return ma.grading_config([p.name for p in course.PARTS])     # the project itself: every part
 
 
 def handout_config(folder):

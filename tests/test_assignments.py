@@ -12,6 +12,7 @@ import pytest
 
 from conftest import HANG
 
+from teaching import course
 from teaching import make_assignment as ma
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def hidden_ids(parts):
 
 def fill(folder, part, body):
     """Write `body` (lines) into part's region of the student copy."""
-    path = folder / ma.BY_NAME[part].file
+    path = folder / course.BY_NAME[part].file
     path.write_text(ma.replace_body(path.read_text(), part, body))
 
 
@@ -55,9 +56,9 @@ def test_every_part_is_marked_once_in_its_file_and_nothing_else_is():
     for f in ROOT.glob("*.py"):
         for part in ma.regions(f.read_text()):
             marked.setdefault(part, []).append(f.name)
-    assert sorted(marked) == sorted(ma.BY_NAME)
+    assert sorted(marked) == sorted(course.BY_NAME)
     for part, files in marked.items():
-        assert files == [ma.BY_NAME[part].file], part
+        assert files == [course.BY_NAME[part].file], part
         assert ma.reference_body(part), part
         assert (ROOT / "tests" / "parts" / f"test_part_{part}.py").is_file(), part
 
@@ -73,10 +74,10 @@ def test_student_copy_fails_exactly_the_blanked_parts(tmp_path, blank):
     assert ma.main(["--out", str(out), "--parts", ",".join(blank)]) == 0
     assert "raise NotImplementedError" in (out / "objectives.py").read_text()
     md = (out / "ASSIGNMENTS.md").read_text()
-    assert all(f"(`{p.name}`)" in md for p in ma.PARTS if p.name in blank)
-    assert not any(f"(`{p.name}`)" in md for p in ma.PARTS if p.name not in blank)
+    assert all(f"(`{p.name}`)" in md for p in course.PARTS if p.name in blank)
+    assert not any(f"(`{p.name}`)" in md for p in course.PARTS if p.name not in blank)
     results = run_tests(out)
-    assert sorted(results) == sorted(f"test_part_{p.name}" for p in ma.PARTS)
+    assert sorted(results) == sorted(f"test_part_{p.name}" for p in course.PARTS)
     for stem, outcomes in results.items():
         part = stem[len("test_part_"):]
         want = "failed" if part in blank else "passed"
@@ -355,7 +356,7 @@ def grade(tmp_path, answers):
 
 
 def test_every_part_has_a_correct_alternative():
-    assert sorted(ALTERNATIVES[0]) == sorted(ma.BY_NAME)
+    assert sorted(ALTERNATIVES[0]) == sorted(course.BY_NAME)
     for answers in ALTERNATIVES:
         for part, body in answers.items():
             assert body_of(body) != ma.reference_body(part), part
@@ -555,7 +556,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, args, message):
 def test_the_committed_assignments_md_is_the_generated_one():
     """ASSIGNMENTS.md in the repository is what make_assignment writes for all parts:
     regenerate it with `python -c "from teaching import make_assignment as m; m.write_md()"`."""
-    assert (ROOT / "ASSIGNMENTS.md").read_text() == ma.assignments_md([p.name for p in ma.PARTS])
+    assert (ROOT / "ASSIGNMENTS.md").read_text() == ma.assignments_md([p.name for p in course.PARTS])
 
 
 # Restatements of a part's answer outside its region that the copy keeps on purpose: ablations.py
@@ -581,7 +582,7 @@ def test_every_file_of_a_copy_with_every_part_blank_imports(tmp_path):
     """What a copy leaves out (LEFT_OUT) takes along every file that imports it: each module
     the copy ships imports there (selfcheck.py once imported bench.py, which was left out)."""
     out = tmp_path / "student"
-    ma.make_copy(out, [p.name for p in ma.PARTS])
+    ma.make_copy(out, [p.name for p in course.PARTS])
     names = sorted(".".join(f.relative_to(out).with_suffix("").parts) for f in out.rglob("*.py")
                    if f.relative_to(out).parts[0] != "tests")
     assert "benchmarks.step_cost" in names and "objectives" in names and len(names) > 40
@@ -598,13 +599,13 @@ def test_every_file_of_a_copy_with_every_part_blank_imports(tmp_path):
 
 def test_the_copy_holds_no_blanked_answer_anywhere(tmp_path):
     out = tmp_path / "student"
-    ma.make_copy(out, [p.name for p in ma.PARTS])
+    ma.make_copy(out, [p.name for p in course.PARTS])
     texts = {str(f.relative_to(out)): f.read_text() for f in out.rglob("*")
              if f.suffix in (".py", ".md", ".txt")}
     assert "objectives.py" in texts and "docs/plateau.md" in texts
     assert not (out / ma.INSTRUCTOR_NOTES.relative_to(ma.ROOT)).exists()
     assert not (out / "benchmarks" / "bench.py").exists()          # its Gumbel sampler and corrupt: LEFT_OUT
-    for part in ma.BY_NAME:
+    for part in course.BY_NAME:
         assert key_lines(part), part
         for line in key_lines(part) + ANSWER_PHRASES.get(part, []):
             hits = [f for f, t in texts.items() if line in t and (part, f) not in KEPT]
@@ -657,10 +658,10 @@ METHOD_WORDS = {
 
 
 def test_a_blank_part_says_what_to_compute_not_how():
-    assert sorted(METHOD_WORDS) == sorted(ma.BY_NAME)
-    for p in ma.PARTS:
+    assert sorted(METHOD_WORDS) == sorted(course.BY_NAME)
+    for p in course.PARTS:
         message = ma.stub(p.name)[0]
-        assert message.startswith(f'raise NotImplementedError("Part {ma.PARTS.index(p) + 1} '
+        assert message.startswith(f'raise NotImplementedError("Part {course.PARTS.index(p) + 1} '
                                   f'({p.name}, paper {p.section}): ')
         named = [w for w in METHOD_WORDS[p.name] if w in message.lower()]
         assert not named, (p.name, named, message)
@@ -674,7 +675,7 @@ def test_every_relative_link_in_a_copy_resolves(tmp_path):
     hf_electra.py when Part 2 or 3 is blank): its README and documents link only what it has,
     and its README's note names every project file the README mentions that the copy lacks."""
     out = tmp_path / "student"
-    ma.make_copy(out, [p.name for p in ma.PARTS])
+    ma.make_copy(out, [p.name for p in course.PARTS])
     assert not (out / "benchmarks" / "bench.py").exists()
     links = 0
     for md in [out / "README.md", out / "ASSIGNMENTS.md", *sorted((out / "docs").glob("*.md"))]:

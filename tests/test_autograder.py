@@ -19,12 +19,12 @@ import pytest
 
 from conftest import HANG
 
-from teaching import autograder, grade, runner
+from teaching import autograder, course, grade, runner
 from teaching import make_assignment as ma
 from test_assignments import HIDDEN, KEPT, WRONG, fill, key_lines, wrong_answers
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = [p.name for p in ma.PARTS]
+ALL = [p.name for p in course.PARTS]
 HALF = ["mask", "disc_loss", "joint_loss", "adam", "electra15", "flops"]   # blank in a copy
 TOP_KEYS = {"score", "execution_time", "output", "visibility", "stdout_visibility", "extra_data",
             "tests", "leaderboard"}
@@ -201,8 +201,8 @@ def test_the_reference_gets_full_marks(built, tmp_path):
         n = t["extra_data"]["tests"]
         assert t["output"] == f"{n} of {n} tests passed."
     # the points of make_assignment.POINTS, half to the hidden tests
-    assert r["score"] == sum(ma.POINTS.values()) == 100
-    assert entries["mask", "hidden"]["max_score"] == ma.POINTS["mask"] * ma.HIDDEN_SHARE
+    assert r["score"] == sum(course.POINTS.values()) == 100
+    assert entries["mask", "hidden"]["max_score"] == course.POINTS["mask"] * course.HIDDEN_SHARE
     assert all(entries[p, "hidden"]["extra_data"]["tests"] >= 2 for p in ALL)
 
 
@@ -225,7 +225,7 @@ def test_every_planted_wrong_answer_loses_points_in_public_and_hidden_tests(buil
     assert sorted(answers) == sorted(ALL)
     sub = tmp_path / "submission"
     sub.mkdir()
-    for f in {ma.BY_NAME[p].file for p in ALL}:
+    for f in {course.BY_NAME[p].file for p in ALL}:
         shutil.copy(ROOT / f, sub / f)
     for part, body in answers.items():
         fill(sub, part, body)
@@ -252,7 +252,7 @@ BROKEN = {
 def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_path):
     sub = tmp_path / "submission" / "my-folder"          # a zipped folder, one level down
     sub.mkdir(parents=True)
-    for f in {ma.BY_NAME[p].file for p in ALL}:
+    for f in {course.BY_NAME[p].file for p in ALL}:
         shutil.copy(ROOT / f, sub / f)
     for part, (body, _) in BROKEN.items():
         if body:
@@ -262,7 +262,7 @@ def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_
     text = text.replace("    # BEGIN ASSIGNMENT corrupt\n", "")
     text = text.replace("def sample(logits", "def sample_tokens(logits")
     (sub / "objectives.py").write_text(text)
-    limits = {p: ma.TIME_LIMIT_S for p in ALL}
+    limits = {p: course.TIME_LIMIT_S for p in ALL}
     limits["disc_loss"] = 3                              # the endless loop's part, short
     r = run(built, tmp_path, tmp_path / "submission", time_limit_s=limits)
     entries = check_results(r)
@@ -327,7 +327,7 @@ def test_a_student_copy_prints_the_public_score_table(tmp_path):
     out = tmp_path / "hw2"
     assert ma.main(["--out", str(out), "--parts", "sample,flops", "--points", "sample=10"]) == 0
     assert json.loads((out / "tests" / "grading.json").read_text())["points"] == \
-        {"sample": 10, "flops": ma.POINTS["flops"]}
+        {"sample": 10, "flops": course.POINTS["flops"]}
     assert "- **Points**: 10 (5 for the public tests, 5 for the hidden tests)" in \
         (out / "ASSIGNMENTS.md").read_text()
     fill(out, "flops", ma.reference_body("flops"))
@@ -507,7 +507,7 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
         pytest.skip(f"an ordinary user cannot run {sys.executable} here")
     sub = tmp_path / "submission"
     sub.mkdir()
-    for f in {ma.BY_NAME[p].file for p in ALL}:
+    for f in {course.BY_NAME[p].file for p in ALL}:
         shutil.copy(ROOT / f, sub / f)
     attack = ["import os as _os", "_root = _os.environ['AUTOGRADER_ROOT']",
               "for _p in ('results/results.json', 'source/project/tests/grading.json'):",
