@@ -230,7 +230,8 @@ def score_entries(cfg, parts, hidden, results, collected, refused):
                            public_max, reason))
         if hidden:
             tests.append(entry(part, "hidden", [t for t in ran if is_hidden(t[0])],
-                               hidden_max, reason, cfg.get("hidden_visibility", course.DEFAULT_SHOWN)))
+                               hidden_max, reason,
+                               cfg.get("hidden_visibility", course.DEFAULT_SHOWN)))
     return tests
 
 
