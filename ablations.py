@@ -91,7 +91,7 @@ def copy_log_probs(logits, copy_logit, x_in):
 
 
 class AllTokensMLM(ReplaceMLM):
-    """"All-Tokens MLM" (§3.5): Replace MLM predicting the original token x_t at *every*
+    """"All-Tokens MLM" (§3.5): Replace MLM predicting the original token $x_t$ at *every*
     position of x_corrupt, through the
     copy mechanism, which the paper says "improved results" (its remark that a model would
     "trivially learn to ... copy the input" is about inputs without G's samples). Table 5: it

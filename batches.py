@@ -151,7 +151,7 @@ class PretrainingData:
         """A torch RNG seeded by the data position: a resumed run draws exactly the masks it
         would have."""
         g = torch.Generator()
-        # (modulo 2**64, the seeds torch accepts)
+        # (modulo $2^64$, the seeds torch accepts)
         g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
                        + self.rank) % 2 ** 64)
         return g

@@ -31,7 +31,7 @@ class Discriminator(nn.Module):
         self.head_out.glorot = True              # official: a bare tf.layers.dense (init_weights)
 
     def hidden(self, x, pad_mask=None, segment_ids=None):
-        """h_D(x), (B, T, hidden). Fine-tuning reads the [CLS] vector h_D(x)_0 from here."""
+        """$h_D(x)$, (B, T, hidden). Fine-tuning reads the [CLS] vector $h_D(x)_0$ from here."""
         return self.encoder(self.embeddings(x, segment_ids), pad_mask)
 
     def forward(self, x_corrupt, pad_mask=None, segment_ids=None):

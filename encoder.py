@@ -92,7 +92,7 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """A post-LayerNorm Transformer block, as in BERT and the official ELECTRA:
+    """A post-LayerNorm Transformer block, as in BERT and the official code (model/modeling.py):
     $h ← LN(h + Attn(h))$, then $h ← LN(h + FFN(h))$."""
 
     def __init__(self, cfg: EncoderConfig):
@@ -134,8 +134,9 @@ class Encoder(nn.Module):
 
 class MLMHead(nn.Module):
     """The masked-LM output layer, the softmax of $p_G$, as BERT and the official code build
-    it: dense, GELU, LayerNorm, then a product with every token embedding plus a bias, at
-    the K masked slots only (the only ones with a target)."""
+    it (run_pretraining.py, `get_token_logits`): dense, GELU, LayerNorm, then a product with
+    every token embedding plus a bias, at the K masked slots only (the only ones with a
+    target)."""
 
     def __init__(self, hidden: int, emb_size: int, vocab_size: int):
         super().__init__()

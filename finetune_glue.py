@@ -145,7 +145,7 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
 
 def lr_multiplier(step, total, warmup):
     """Linear warm-up over the first 10 % of updates, times a linear decay to 0, as the
-    official code; step counts from 1."""
+    official code (model/optimization.py, `warmup_proportion` 0.1); step counts from 1."""
     return min(1.0, step / max(1, warmup)) * max(0.0, 1.0 - (step - 1) / total)
 
 
@@ -193,7 +193,7 @@ def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128)
 
 def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print):
     """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
-    end of training, as the official code evaluates (no early stopping)."""
+    end of training, as the official code evaluates (run_finetuning.py: no early stopping)."""
     t0 = time.time()
     state, shapes, tok, _ = pre
     task = TASKS[name]

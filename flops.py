@@ -4,7 +4,8 @@ The paper compares methods by pre-training compute, not steps (Figure 1, Table 1
 ELECTRA's step also runs G. Its rules (Appendix E), followed here with the per-element costs
 of the official flops_computation.py: a vector of m times an $m × n$ matrix is $2 m n$; an
 elementwise op counts its operations; backward costs as much as forward; a lookup is a
-one-hot vector times the table ($2 E V$ per token: 40 % of ELECTRA-Small's count).
+one-hot vector times the table ($2 d V$ per token for d-wide embeddings of V tokens: 40 % of
+ELECTRA-Small's count).
 
 This code counts 1.292e18 FLOPs for ELECTRA-Small's 1M steps and 1.417e18 for BERT-Small's
 1.45M; the official flops_computation.py gives 1.294e18 and 1.419e18 (it counts the MLM

@@ -30,22 +30,22 @@ class Generator(nn.Module):
         self.head = MLMHead(cfg.hidden, emb_size, embeddings.token.num_embeddings)
 
     def hidden(self, x_masked, pad_mask=None, segment_ids=None):
-        """h_G(x_masked): one vector per position, (B, T, hidden)."""
+        """$h_G(x^masked)$: one vector per position, (B, T, hidden)."""
         return self.encoder(self.embeddings(x_masked, segment_ids), pad_mask)
 
     def forward(self, x_masked, masked_positions, pad_mask=None, segment_ids=None):
-        """Logits of p_G at the masked positions only, (B, K, vocab): `objectives.Masked`'s K
+        """Logits of $p_G$ at the masked positions only, (B, K, vocab): `objectives.Masked`'s K
         slots."""
         return self.head(self.masked_hidden(x_masked, masked_positions, pad_mask, segment_ids),
                          self.embeddings.token.weight)
 
     def masked_hidden(self, x_masked, masked_positions, pad_mask=None, segment_ids=None):
-        """h_G(x_masked) at the masked positions only, (B, K, hidden)."""
+        """$h_G(x^masked)$ at the masked positions only, (B, K, hidden)."""
         h = self.hidden(x_masked, pad_mask, segment_ids)
         return torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
 
     def loss_and_sample(self, masked, pad_mask=None, segment_ids=None, sample=True):
-        """Engineering: L_MLM, $x̂ ∼ p_G$ and G's argmax hits from one pass over p_G
+        """Engineering: L_MLM, $x̂ ∼ p_G$ and G's argmax hits from one pass over $p_G$
         (machinery/mlm_output.py): the numbers of forward(), `objectives.mlm_loss` and
         `objectives.sample`, faster. What training runs by default."""
         h_m = self.masked_hidden(masked.x_masked, masked.positions, pad_mask, segment_ids)

@@ -142,7 +142,7 @@ def read_task(glue_dir, name):
 
 def both_orders(examples):
     """MRPC and STS-B are symmetric: the official code also trains on every pair swapped
-    (its `double_unordered` option)."""
+    (its `double_unordered` option, configure_finetuning.py)."""
     return examples + [Example(e.b, e.a, e.label) for e in examples]
 
 

@@ -125,7 +125,7 @@ def sample(logits, generator: torch.Generator = None):
     as the official code (configure_pretraining.py; Appendix H: a higher one did not help).
 
     No gradient goes back through it (§2): the logits are detached. By default training draws
-    from the same p_G in machinery/mlm_output.py, fused with L_MLM for speed (`--plain_mlm`
+    from the same $p_G$ in machinery/mlm_output.py, fused with L_MLM for speed (`--plain_mlm`
     runs this function).
 
     Engineering: the contract: logits (..., V) -> int64 ids (...), one exact sample per row,
@@ -149,9 +149,9 @@ def corrupt(x, masked: Masked, x_hat):
     """$x^corrupt = REPLACE(x, m, x̂)$ and its labels is_replaced, both (B, T).
 
     Every used slot takes G's sample (also where G saw the token unmasked, as the official
-    code); unused slots change nothing (`Masked`). The paper says (§2): "if the generator
-    happens to generate the correct token, that token is considered 'real'", so the labels
-    compare x_corrupt with x."""
+    code: run_pretraining.py, `_get_fake_data`); unused slots change nothing (`Masked`). The
+    paper says (§2): "if the generator happens to generate the correct token, that token is
+    considered 'real'", so the labels compare x_corrupt with x."""
     # BEGIN ASSIGNMENT corrupt
     # Why not ask "was this position in m": G is often right, and
     # labelling those tokens "replaced" would teach D to flag perfectly good text.
@@ -169,8 +169,9 @@ def corrupt(x, masked: Masked, x_hat):
 
 def mlm_loss(logits, targets, weights):
     """L_MLM: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
-    sum; the official code averages), in float32, accurate for logits as large as ±100. logits (B, K, V) at the masked positions,
-    targets (B, K), weights (B, K). By default training computes the same number fused with
+    sum; the official code averages: run_pretraining.py, `get_softmax_output`), in float32,
+    accurate for logits as large as ±100. logits (B, K, V) at the masked positions, targets
+    (B, K), weights (B, K). By default training computes the same number fused with
     the sample (machinery/mlm_output.py; `--plain_mlm` runs this function)."""
     # BEGIN ASSIGNMENT mlm_loss
     nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
@@ -180,7 +181,7 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` (all but padding, as the official code), in float32, accurate for logits as
+    tokens in `mask` (all but padding, as run_pretraining.py), in float32, accurate for logits as
     large as ±100 (in float32, sigmoid(17) is already 1). D's logit scores "replaced":
     $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one cross-entropy."""
     # BEGIN ASSIGNMENT disc_loss
@@ -272,7 +273,7 @@ class ELECTRA(Pretraining):
         fused branch by default (config `fused_mlm`); the plain lines below, with `sample` and
         `mlm_loss`, define it."""
         if self.fused_mlm:
-            # Engineering: the same numbers from one pass over p_G instead of five
+            # Engineering: the same numbers from one pass over $p_G$ instead of five
             # (machinery/mlm_output.py): a laptop step 1.05x faster on 2 CPU cores.
             loss, x_hat, correct = self.generator.loss_and_sample(masked, pad_mask, segment_ids)
             return loss, x_hat, dict(gen_correct=correct)
