@@ -332,7 +332,9 @@ def run(args):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise InspectError(f"--{flag} must be a positive number")
     if cmd == "show" and not text:
-        raise InspectError("give some text to show, e.g. \"the chef ate the meal\"")
+        raise InspectError("give some text to show, a sentence like the text the checkpoint "
+                           "was trained on (or run figure2 without text: it picks one of the "
+                           "checkpoint's validation sentences)")
     if args.bert and cmd not in ("mlm", "compare"):
         raise InspectError("--bert is for the mlm and compare commands only")
     if cmd == "compare" and not args.bert:
