@@ -90,10 +90,10 @@ check_settings() {
   for v in LIMIT_BENCH LIMIT_PROFILE LIMIT_DDP LIMIT_TASK LIMIT_CHECK PRE_STEPS SEEDS SST2_SEEDS \
            CHECK_LAYERS WORKERS; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "$((10#${!v}))" -gt 0 ] \
-      || die "$v=${!v}: give a positive whole number (the default: $v unset)"
+      || die "$v=${!v}: give a positive whole number, or leave $v unset for its default"
   done
   for v in FT_RESERVE PRE_MIN; do
-    [[ ${!v} =~ ^[0-9]+$ ]] || die "$v=${!v}: give a whole number of seconds (the default: $v unset)"
+    [[ ${!v} =~ ^[0-9]+$ ]] || die "$v=${!v}: give a whole number of seconds, or leave $v unset for its default"
   done
   [[ $HOURS =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk "BEGIN { exit !($HOURS > 0) }" \
     || die "HOURS=$HOURS: give pre-training's hours as a positive number, e.g. HOURS=0.5"
