@@ -152,4 +152,5 @@ def peak_flops(device):
         t = time.perf_counter()
         a @ b
         best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
-    return best, f"CPU {str(dtype)[6:]} matmul, measured ({torch.get_num_threads()} threads)"
+    return best, (f"CPU {str(dtype)[6:]} matmul, measured ({torch.get_num_threads()} "
+                  f"thread{'s' if torch.get_num_threads() > 1 else ''})")

@@ -332,7 +332,9 @@ def run(args):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise InspectError(f"--{flag} must be a positive number")
     if cmd == "show" and not text:
-        raise InspectError("give some text to show, e.g. \"the chef ate the meal\"")
+        raise InspectError("give some text to show, a sentence like the text the checkpoint "
+                           "was trained on (or run figure2 without text: it picks one of the "
+                           "checkpoint's validation sentences)")
     if args.bert and cmd not in ("mlm", "compare"):
         raise InspectError("--bert is for the mlm and compare commands only")
     if cmd == "compare" and not args.bert:
@@ -377,7 +379,9 @@ def run(args):
         return mlm(model, tok, cfg, held_out(args, tok, cfg)[0], args.topk, args.seed, bert, out)
     glue = args.glue_dir if args.glue_dir and Path(args.glue_dir).is_dir() else None
     if cmd in ("cola", "sst2") and not glue:
-        raise InspectError(f"no GLUE folder {args.glue_dir or ''}: give --glue_dir (CoLA/, SST-2/)")
+        raise InspectError((f"no GLUE folder {args.glue_dir}" if args.glue_dir else
+                            f"{cmd} needs GLUE") + ": give --glue_dir DIR, a folder with CoLA/ "
+                           "and SST-2/ (python finetune_glue.py --download DIR fetches them)")
     held = held_out(args, tok, cfg) if cmd in NEEDS_HELD_OUT else None
     if cmd == "compare":
         res = compare(model, bert, tok, [s for s, _ in held[0]], out)

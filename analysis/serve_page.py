@@ -78,11 +78,12 @@ def page(inspector, fields, mode="mine", toks=None, p=None, cols=None, notes=(),
            "<form id=f method=get action='/'>",
            "<label for=text class=small>Your text (D reads the first "
            f"{inspector.cfg.seq_len - 2} tokens)</label>",
-           f"<textarea id=text name=text rows=2>{esc(text)}</textarea>",
+           f"<textarea id=text name=text rows=2 placeholder='e.g. {esc(inspector.example)}'>"
+           f"{esc(text)}</textarea>",
            "<div class=controls><fieldset><span>Mask:</span>",
            f"<label><input type=radio name=mode value=mine{checked('mine')}> these tokens "
            f"<input type=text name=mask value='{esc(fields.get('mask', ''))}' "
-           "placeholder='2,5 or cooked' aria-label='tokens to mask: numbers or words'></label>",
+           "placeholder='2,5 or a word' aria-label='tokens to mask: numbers or words'></label>",
            f"<label><input type=radio name=mode value=draw{checked('draw')}> 15 % drawn as in "
            "training</label></fieldset>",
            f"<label>seed <input type=number name=seed min=0 value='{esc(seed)}'></label>",
@@ -97,7 +98,11 @@ def page(inspector, fields, mode="mine", toks=None, p=None, cols=None, notes=(),
         out += step_html(cols, mode, seed)
     if toks is None and not error:
         out.append("<p class=small>Type a sentence and press Show: D colours each token by its "
-                   "P(replaced). Then click tokens to mask them, and G fills them in.</p>")
+                   "P(replaced). Then click tokens to mask them, and G fills them in. D knows the "
+                   "kind of text it was trained on best; "
+                   + ("one of its validation sentences" if inspector.example_is_its_own
+                      else "the paper's example") +
+                   f": “{esc(inspector.example)}”</p>")
     out.append("</form></main></body></html>")
     return "".join(out)
 

@@ -7,6 +7,7 @@ import re
 import threading
 import urllib.parse
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -34,9 +35,11 @@ class Inspector:
     threads and runs one request at a time (`lock`)."""
 
     def __init__(self, path):
-        self.model, self.tok, self.cfg = insp.load(path)      # InspectError, CheckpointError
+        # InspectError, CheckpointError
+        self.model, self.tok, self.cfg, recorded = insp.load_with_data(path)
         self.path, self.lock = Path(path), threading.Lock()
         self.about = about(self.path, self.cfg)
+        self.example, self.example_is_its_own = example(self.tok, self.cfg, recorded)
         self.annotated = {}         # the Annotated pages' files by name (list_annotated)
 
     def tokens(self, text):
@@ -75,6 +78,22 @@ class Inspector:
                 x_hat=None if j is None else pieces(self.tok, tr["x_hat"][0, j:j + 1])[0],
                 is_replaced=bool(tr["is_replaced"][0, t]), p=float(tr["p_replaced"][0, t])))
         return cols
+
+
+def example(tok, cfg, recorded):
+    """(a sentence to suggest, whether it is of the checkpoint's own text): one of its validation
+    split, as the inspector's figure2 picks it (the demo corpus is Python's documentation: a
+    sentence about a chef means little to it), or the paper's example where the data folder it
+    was trained on is gone."""
+    data = insp.as_typed(recorded)
+    if data and Path(data).is_dir():
+        try:
+            text, _, which = insp.default_sentence(SimpleNamespace(data=data, seed=0, mask=None),
+                                                   tok, cfg)
+            return text, "validation split" in which
+        except (InspectError, OSError, ValueError, KeyError):   # another tokenizer, a broken folder
+            pass
+    return insp.PAPER_SENTENCE, False
 
 
 def about(path, cfg):
@@ -180,8 +199,7 @@ def view(inspector, fields):
         return 200, page(inspector, fields), None
     text = fields["text"].replace("\r\n", "\n").strip()        # as the inspector's " ".join
     if not text:
-        raise PageError(400, "The text is empty: type a sentence, e.g. “the chef cooked the "
-                        "meal”.")
+        raise PageError(400, f"The text is empty: type a sentence, e.g. “{inspector.example}”")
     mode = fields.get("mode") or "mine"
     if mode not in MODES:
         raise PageError(400, f"mode must be one of {', '.join(MODES)}, got {mode[:20]!r}.")

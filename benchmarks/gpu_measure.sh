@@ -80,6 +80,34 @@ run_files() {
 }
 run_files "$([ "$MODEL" = electra ] || echo "_$MODEL")"
 
+die() { echo "error: $*" >&2; exit 1; }
+
+# The settings, checked before anything uses them: a bad one is one line naming it, never bash's
+# 'unbound variable' or a sub-run that fails minutes later.
+GLUE_TASKS="cola sst2 mrpc stsb qqp mnli qnli rte wnli"
+check_settings() {
+  local v t
+  for v in LIMIT_BENCH LIMIT_PROFILE LIMIT_DDP LIMIT_TASK LIMIT_CHECK PRE_STEPS SEEDS SST2_SEEDS \
+           CHECK_LAYERS WORKERS; do
+    [[ ${!v} =~ ^[0-9]+$ ]] && [ "$((10#${!v}))" -gt 0 ] \
+      || die "$v=${!v}: give a positive whole number, or leave $v unset for its default"
+  done
+  for v in FT_RESERVE PRE_MIN; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || die "$v=${!v}: give a whole number of seconds, or leave $v unset for its default"
+  done
+  [[ $HOURS =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk "BEGIN { exit !($HOURS > 0) }" \
+    || die "HOURS=$HOURS: give pre-training's hours as a positive number, e.g. HOURS=0.5"
+  case $COMPILE in auto|0|1) ;; *) die "COMPILE=$COMPILE: use auto (the default), 1 or 0" ;; esac
+  case $MODEL in electra|bert) ;; *) die "MODEL=$MODEL: use electra (the default) or bert" ;; esac
+  case $SIZE in small|mini|laptop|laptop_deep|tiny) ;;
+    *) die "SIZE=$SIZE: use small (the default, Table 6), or tiny for a smoke run (also mini, laptop, laptop_deep)" ;; esac
+  for t in ${TASKS//,/ }; do
+    [[ " $GLUE_TASKS " == *" $t "* ]] || die "TASKS: no GLUE task '$t': name some of ${GLUE_TASKS// /,}"
+  done
+  [ -n "${TASKS//,/}" ] || die "TASKS is empty: name some of ${GLUE_TASKS// /,}"
+}
+[ "${1:-}" = carry ] || check_settings
+
 # The smoke-run scale (SIZE=tiny) against the real one.
 if [ "$SIZE" = tiny ]; then
   BENCH_FLAGS="--steps 2 --warmup 1"; PROFILE_STEPS=3; DDP_STEPS=4; LOG_EVERY=5
@@ -91,8 +119,6 @@ else
   BENCH_FLAGS="--steps 100 --warmup 10"; PROFILE_STEPS=20; DDP_STEPS=20; LOG_EVERY=500
   PREP_FLAGS=""
 fi
-
-die() { echo "error: $*" >&2; exit 1; }
 
 # One `python` line per step of a stage, echoed, its output shown and kept in RES/LOG.
 run() { local log=$1; shift; echo "+ $*" | tee -a "$RES/$log"; "$@" 2>&1 | tee -a "$RES/$log"; }

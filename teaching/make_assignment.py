@@ -279,7 +279,7 @@ def make_copy(out, parts, points=None, shown=DEFAULT_SHOWN):
                                                                           *NEEDS_TESTS}
         sources = [f for d in ("",) + FOLDERS for ext in ("*.py", "*.sh")
                    for f in sorted((ROOT / d).glob(ext))]
-        for f in sources + [ROOT / "requirements.txt", ROOT / "README.md"]:
+        for f in sources + [ROOT / "requirements.txt", ROOT / "README.md", ROOT / "LICENSE"]:
             rel = f.relative_to(ROOT).as_posix()
             if rel in left_out:
                 continue

@@ -696,3 +696,6 @@ def test_every_relative_link_in_a_copy_resolves(tmp_path):
     # the reference README does link what copies lack, so the check can fail
     assert "](docs/instructor-notes.md)" in (ROOT / "README.md").read_text()
     assert "](docs/instructor-notes.md)" not in readme
+    # the license goes with the code: a copy is the project, and MIT asks for its notice
+    assert "[LICENSE](LICENSE)" in readme
+    assert (out / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()

@@ -142,6 +142,25 @@ def test_all_checks_every_input_before_its_first_stage(corpus_file, tmp_path):
         assert "selfcheck" not in (res / "summary.txt").read_text() if (res / "summary.txt").exists() else True
 
 
+def test_every_setting_is_checked_before_anything_starts(tmp_path):
+    """A bad setting (an environment variable) is one line naming it, before anything is
+    checked, prepared or written - not bash's 'unbound variable' (LIMIT_TASK=abc under SIZE=tiny)
+    nor a sub-run that fails minutes later (SIZE=huge, SEEDS=x)."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    for env, words in [(dict(LIMIT_TASK="abc"), ["LIMIT_TASK=abc", "positive whole number"]),
+                       (dict(SEEDS="x"), ["SEEDS=x"]), (dict(CHECK_LAYERS="0"), ["CHECK_LAYERS=0"]),
+                       (dict(FT_RESERVE="-3"), ["FT_RESERVE=-3"]), (dict(HOURS="1h"), ["HOURS=1h"]),
+                       (dict(SIZE="huge"), ["SIZE=huge", "tiny"]), (dict(MODEL="gpt"), ["MODEL=gpt"]),
+                       (dict(COMPILE="yes"), ["COMPILE=yes"]),
+                       (dict(TASKS="rte,foo"), ["TASKS", "'foo'", "cola,sst2"])]:
+        for args in [("all", 9), ("bench",), ("finetune",)]:
+            one_error_line(stage(*args, res, WORK=str(work), **env), *words)
+            assert not work.exists() and not res.exists(), (env, args)
+    # the sizes the script accepts are the configuration's
+    from config import SIZES
+    accepted = re.search(r"case \$SIZE in ([\w|]+)\)", SCRIPT.read_text()).group(1).split("|")
+    assert sorted(accepted) == sorted(SIZES)
+
 
 def summary(res):
     return (res / "summary.txt").read_text()

@@ -307,7 +307,8 @@ def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
              (["figure2", "--ckpt", tiny, "some text"], "--mask"),
              (["--ckpt", tiny, "the cat", "--mask", "dog"], "no such"),
              (["--ckpt", tiny, "the cat", "--n", "0"], "positive"),
-             (["cola", "--ckpt", tiny, "--glue_dir", tmp_path / "nope"], "GLUE")]
+             (["cola", "--ckpt", tiny, "--glue_dir", tmp_path / "nope"], "no GLUE folder"),
+             (["sst2", "--ckpt", tiny], "sst2 needs GLUE: give --glue_dir DIR")]
     for args, message in cases[:2]:             # the real command line: exit status, stderr
         r = run_cli("analysis/inspect_discriminator.py", *args, "--out", tmp_path / "o")
         assert one_error_line(r) and message in r.stderr, (args, r.stderr)

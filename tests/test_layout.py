@@ -13,6 +13,7 @@ Imports flow downwards only: machinery imports nothing of the project outside it
 analysis/, benchmarks/, interop/ and teaching/ import the core; nothing imports a benchmark or a
 teaching tool."""
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,10 +124,24 @@ def test_every_file_opens_with_a_docstring_naming_its_place():
         assert doc and len(doc) > 80, f"{p.relative_to(ROOT)} has no opening docstring"
 
 
-def test_no_python_outside_the_known_folders():
+def python_files(root):
+    """The .py files under root, less what is not the project's: hidden folders, data/, out*/,
+    caches, and a virtual environment made inside the clone (`python -m venv venv`: its
+    pyvenv.cfg marks it, whatever its name)."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not (d.startswith((".", "out")) or d in ("data", "__pycache__")
+                                           or (Path(folder) / d / "pyvenv.cfg").is_file())]
+        yield from (Path(folder) / f for f in files if f.endswith(".py"))
+
+
+def test_no_python_outside_the_known_folders(tmp_path):
     known = {ROOT / d for d in ("",) + FOLDERS} | {ROOT / "tests", ROOT / "tests" / "parts"}
-    stray = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
-             if p.parent not in known and not any(s.startswith(".") or s in ("data", "__pycache__")
-                                                  or s.startswith("out")
-                                                  for s in p.relative_to(ROOT).parts)]
+    stray = [str(p.relative_to(ROOT)) for p in python_files(ROOT) if p.parent not in known]
     assert not stray, f"a folder the layout does not know: {stray}"
+    # a stray file is found, and a virtual environment's are not
+    (tmp_path / "venv" / "lib").mkdir(parents=True)
+    (tmp_path / "venv" / "pyvenv.cfg").touch()
+    (tmp_path / "venv" / "lib" / "six.py").touch()
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "stray.py").touch()
+    assert [p.name for p in python_files(tmp_path)] == ["stray.py"]

@@ -187,6 +187,32 @@ def test_long_text_is_cut_and_says_so(server, tiny):
     assert any("is cut" in m and f"{len(tok.encode(TEXT * 20))} tokens" in m for m in page.msg)
 
 
+def test_the_example_sentence_is_of_the_checkpoints_own_text(tiny, learnable_data_dir, tmp_path,
+                                                            one_thread):
+    """The page suggests a sentence of the validation text the checkpoint was trained on (the
+    one the inspector's figure2 picks), not the paper's chef, which means little to a model of
+    Python's documentation; where that folder is gone, the paper's example, said as such."""
+    ckpt = torch.load(tiny, map_location="cpu", weights_only=True)
+    own = tmp_path / "own.pt"
+    torch.save(dict(ckpt, data_dir=str(learnable_data_dir)), own)
+    args = type("A", (), dict(data=str(learnable_data_dir), seed=0, mask=None))
+    _, tok, cfg = insp.load(own)
+    picked = insp.default_sentence(args, tok, cfg)[0]
+    for path, sentence, whose in [(own, picked, "one of its validation sentences"),
+                                  (tiny, insp.PAPER_SENTENCE, "the paper's example")]:
+        srv = start(serve.Inspector(path))
+        try:
+            status, body, _ = request(srv)
+            assert status == 200 and f"placeholder='e.g. {serve_page.esc(sentence)}'" in body
+            assert f"{whose}: “{serve_page.esc(sentence)}”" in body
+            status, body, _ = request(srv, query=dict(text=" "))
+            assert status == 400 and any(sentence in m for m in Page(body).msg)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+    assert picked != insp.PAPER_SENTENCE
+
+
 # ----------------------------------------------------------------------------- bad input
 
 BAD = [  # (what, request arguments, status, words of the message)
