@@ -336,7 +336,7 @@ def test_a_student_copy_prints_the_public_score_table(tmp_path):
                            text=True, timeout=HANG) for _ in range(2)]
     assert runs[0].returncode == 0, runs[0].stderr
     lines = runs[0].stdout.splitlines()
-    assert any(l.startswith(" 2 sample (public)") and "of 4" in l and "of 5.00" in l
+    assert any(l.startswith(" 2 sample (public)") and "of 5" in l and "of 5.00" in l
                for l in lines), lines
     assert any(l.startswith("11 flops (public)") and "2 of 2" in l and "4.00 of 4.00" in l
                for l in lines), lines
@@ -358,7 +358,7 @@ def test_in_a_student_copy_a_part_that_does_not_parse_stops_only_itself(tmp_path
                          text=True, timeout=HANG)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert any(l.startswith(" 2 sample (public)") and "4 of 4" in l and "4.00 of 4.00" in l
+    assert any(l.startswith(" 2 sample (public)") and "5 of 5" in l and "4.00 of 4.00" in l
                for l in lines), run.stdout
     assert any(l.startswith(" 1 mask (public)") and "none ran" in l and "0.00 of 6.00" in l
                for l in lines), run.stdout
