@@ -246,7 +246,29 @@ BROKEN = {
     "adam": (["while True:", "    print('x' * 100_000)"], "huge output"),
     "electra15": (["import ctypes", "ctypes.string_at(0)"], "crashed"),   # a segmentation fault
     "layer_decay": (["import sys", "sys.exit(3)"], "SystemExit"),
+    # right answers that leave the process unfit for the parts after them: a thread and a
+    # process that keep running, torch's allclose replaced (which would pass wrong answers)
+    "joint_loss": (["import threading, time",
+                    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()",
+                    *ma.reference_body("joint_loss")], "thread(s) running after its tests"),
+    "attention": (["torch.allclose = lambda *a, **k: True", *ma.reference_body("attention")],
+                  "changed torch.allclose"),
+    "flops": (["import os, time", "if os.fork() == 0:", "    time.sleep(60)", "    os._exit(0)",
+               *ma.reference_body("flops")], "process(es) running after its tests"),
 }
+
+
+def left_running(root):
+    """The processes whose environment names the fake /autograder `root`: what a grading there
+    left behind."""
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"AUTOGRADER_ROOT={root}".encode() in (d / "environ").read_bytes().split(b"\0"):
+                found.append(int(d.name))
+        except OSError:
+            pass
+    return found
 
 
 def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_path):
@@ -274,6 +296,7 @@ def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_
             assert t["score"] == t["max_score"], (part, kind, t["output"])
     assert f"objectives.py, line {x_line}: SyntaxError" in entries["mask", "public"]["output"]
     assert "stopped after 3 s" in entries["disc_loss", "hidden"]["output"]
+    assert left_running(tmp_path / "autograder") == []        # the fork was stopped
 
 
 def test_a_grader_that_cannot_start_still_leaves_results(built, tmp_path):
