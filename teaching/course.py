@@ -47,7 +47,8 @@ PARTS = [
          "Why does ELECTRA keep 15 % of the chosen tokens unmasked instead of BERT's 10/10 split?"),
     Part("sample", "Sample from the generator", "objectives.py: sample", "§2",
          "x̂_i ~ p_G(x_i | x_masked) = softmax(logits)  (temperature 1)",
-         "logits (..., V) -> int64 ids (...), one exact sample per row of softmax(logits), no "
+         "logits (..., V) -> int64 ids (...), one exact sample per row of softmax(logits) "
+         "whatever the logits' dtype (bf16 too: every token of a large vocabulary reachable), no "
          "gradient, safe for logits as large as ±1000; the same `generator` seed gives the same "
          "samples. Training samples with your function.",
          "return one id per row of logits, drawn with probability softmax(logits), using the "
@@ -90,7 +91,8 @@ PARTS = [
          "min_{θG, θD} sum_x L_MLM(x, θG) + λ L_Disc(x, θD),  λ = 50",
          "Use self.generate(masked, ...) -> (L_MLM, x̂, stats), corrupt(...) without gradient, "
          "self.discriminate(x, x_corrupt, is_replaced, masked, scored, ...) with `scored` every "
-         "real token; set `loss` = L_MLM + λ L_Disc (λ = self.disc_weight), `loss_mlm`, "
+         "real token; set `loss` = L_MLM + λ L_Disc (λ = self.disc_weight; neither term "
+         "detached: the trainer back-propagates `loss` into both networks), `loss_mlm`, "
          "`loss_disc`, `stats` and `d_stats`.",
          "set loss = L_MLM + λ L_Disc, where D reads x_corrupt made from G's samples without "
          "gradient and L_Disc scores every real token",

@@ -193,7 +193,7 @@ def entry(part, kind, tests, max_score, reason=None, shown="after_due_date"):
     n = course.PARTS.index(p) + 1
     passed = sum(ok for _, ok, _ in tests)
     if reason:
-        score, output = 0.0, f"0 points: {reason}."
+        score, output = 0.0, f"0 points: {reason}" + ("" if reason[-1] in ".?!" else ".")
     elif not tests:
         score, output = 0.0, "0 points: no test of this part ran."
     else:

@@ -193,6 +193,17 @@ def test_sample__bf16_logits():
         f"frequencies {freq.tolist()} should follow softmax {p.tolist()}"
     assert sample(torch.tensor([[-1000.0, 1000.0, 0.0]], dtype=torch.bfloat16),
                   torch.Generator().manual_seed(63)).tolist() == [1]
+    # over 30,522 tokens of spread-out bf16 logits, 1,000 draws reach as many distinct tokens as
+    # an exact sampler's (a CDF summed in bf16 reaches about half of them)
+    logits = (torch.randn(VOCAB, generator=torch.Generator().manual_seed(67)) * 2).bfloat16()
+    g = torch.Generator().manual_seed(68)
+    x_hat = torch.cat([sample(logits.expand(20, VOCAB), g) for _ in range(50)])
+    p = torch.softmax(logits.double(), 0)
+    expect = (1 - (1 - p) ** 1000).sum().item()          # distinct tokens of an exact sampler
+    distinct = x_hat.unique().numel()
+    assert distinct > 0.9 * expect, \
+        f"bf16 logits over {VOCAB} tokens: {distinct} distinct tokens in 1,000 draws, an " \
+        f"exact sampler draws about {expect:.0f}"
 
 
 def test_sample__batch_one_reproducible_from_a_seed():
@@ -431,6 +442,16 @@ def test_joint_loss__value_inputs_and_scored_tokens(monkeypatch, stand_in_attent
     assert torch.equal(is_replaced, x_corrupt != x), "L_Disc's labels should be corrupt's"
     want = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
     assert torch.equal(mask.bool(), want), "L_Disc should score every real token"
+    # loss is what the trainer back-propagates: L_MLM's gradient in G, λ L_Disc's in D
+    for net, part, scale in ((model.discriminator, "disc_loss", disc_weight),
+                             (model.generator, "mlm_loss", 1.0)):
+        weights = [p for n, p in net.named_parameters() if not n.startswith("embeddings")]
+        got = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
+        want = torch.autograd.grad(stats[part], weights, retain_graph=True, allow_unused=True)
+        assert all(g is not None and torch.allclose(g, scale * w, rtol=1e-4, atol=1e-6)
+                   for g, w in zip(got, want) if w is not None), \
+            f"the gradient of loss in {'D' if part == 'disc_loss' else 'G'} should be " \
+            f"{'' if scale == 1 else f'{scale:g} times '}{part}'s: is a term detached?"
 
 
 def test_joint_loss__no_gradient_from_l_disc_into_g_at_batch_one(monkeypatch,

@@ -170,6 +170,80 @@ def child_setup(user):
     return setup
 
 
+# ---------------------------------------------------------------------- processes left behind
+# A submission's code may start processes that outlive its tests (a fork, a daemon): they would
+# take CPU from the parts after it and, as root, could write results.json after the grader. On
+# Linux the grader becomes a "child subreaper", so that every orphan of the tests' process, a
+# daemon that double-forked included, becomes its child, and stops them all.
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+SWEEP_S = 1.0                             # how often the grader looks for orphans while it waits
+
+
+def _prctl(option, arg):
+    """prctl(2), or None where there is none (not Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if option == PR_GET_CHILD_SUBREAPER:
+            value = ctypes.c_int(0)
+            return value.value if libc.prctl(option, ctypes.byref(value), 0, 0, 0) == 0 else None
+        return libc.prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def process_table():
+    """{pid: (parent pid, state)} of every process (from /proc; {} where there is none)."""
+    table = {}
+    try:
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return table
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            table[pid] = (int(fields[1]), fields[0].decode())
+        except (OSError, IndexError, ValueError):
+            pass
+    return table
+
+
+def children(pid, table=None):
+    """The processes whose parent is pid, zombies (ended, not yet reaped) included."""
+    table = process_table() if table is None else table
+    return [p for p, (parent, _) in table.items() if parent == pid]
+
+
+def stop_strays(keep):
+    """SIGKILL every child of the grader not in `keep` (its own children, the running tests'
+    process), with all their descendants, and reap them; returns how many were running."""
+    me, stopped = os.getpid(), set()
+    for _ in range(100):                      # a process that forks as fast as it is killed
+        table = process_table()
+        roots = [p for p in children(me, table) if p not in keep]
+        if not roots:
+            break
+        tree, todo = [], list(roots)
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += children(pid, table)
+        for pid in tree:
+            if table[pid][1] != "Z":
+                stopped.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for pid in roots:                     # killed children of the grader: reap them
+            try:
+                os.waitpid(pid, 0 if pid in stopped else os.WNOHANG)
+            except ChildProcessError:
+                pass
+    return len(stopped)
+
+
 def last_line(path):
     try:
         lines = [l.strip() for l in Path(path).read_text(errors="replace")[-4000:].splitlines()]
@@ -203,109 +277,147 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
     `user` (an Unprivileged), when set, runs the tests; `home` is then their HOME."""
     results, collected, stopped, seconds = {}, {}, {}, {}
     pending, attempt = list(parts), 0
-    while pending:
-        attempt += 1
-        log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
-        ids = [i for p in pending for i in node_ids(tree, p, hidden)]
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "teaching.runner", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
-        env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-        if home:
-            env["HOME"] = str(home)
-        log.touch()                           # the one file in the tree the tests may write
-        if user:
-            os.chown(log, user.uid, user.gid)
-        with open(out, "wb") as f:
-            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=child_setup(user))
-        reader, started = Log(log), time.time()
-        current, current_t, used = None, None, {p: 0.0 for p in pending}
-        ran_any, killed, rc, this_run, done_t = False, None, None, [], None
-        shared = []                         # why a file of no one part could not be collected
+    own = set(children(os.getpid()))          # the grader's own children: never stopped
+    reaper = _prctl(PR_GET_CHILD_SUBREAPER, 0)
+    if reaper == 0:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        while pending:
+            attempt += 1
+            pending = _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user,
+                                home, own, attempt, results, collected, stopped, seconds)
+    finally:
+        if reaper == 0:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+    return results, collected, stopped, seconds
 
-        def handle(rec):
-            nonlocal current, current_t, ran_any
-            if "collected" in rec:
-                fresh = {}
-                this_run[:] = rec["collected"]
-                for nid in rec["collected"]:
-                    fresh.setdefault(part_of(nid), []).append(nid)
-                collected.update(fresh)
-            elif "collect_error" in rec:
-                p = part_of(rec["collect_error"])
-                if p in pending:
-                    stopped.setdefault(p, f"its tests could not be collected: {rec['message']}")
-                else:                       # the hidden tests' file: every part's
-                    shared.append(rec["message"])
-            elif "start" in rec:
-                current, current_t, ran_any = rec["start"], rec["t"], True
-            elif "done" in rec:
-                results[rec["done"]] = (rec["passed"], rec["message"])
-                p = part_of(rec["done"])
-                if p in used and current_t is not None:
-                    used[p] += rec["t"] - current_t
-                current, current_t = None, None
-        while True:
+
+def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, home, own, attempt,
+          results, collected, stopped, seconds):
+    """One pytest process for the parts `pending` (filling in the dicts of run_parts); returns
+    the parts left for the next one."""
+    log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
+    ids = [i for p in pending for i in node_ids(tree, p, hidden)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "teaching.runner", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
+    # glibc's malloc returns a freed block of 1 MiB or more to the system at once (by default
+    # its threshold grows with the blocks freed, and the memory of one part's large tensors
+    # stays with the process): one part's tests do not leave the next short of memory
+    env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
+               OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MALLOC_MMAP_THRESHOLD_=str(2 ** 20))
+    if home:
+        env["HOME"] = str(home)
+    log.touch()                           # the one file in the tree the tests may write
+    if user:
+        os.chown(log, user.uid, user.gid)
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=child_setup(user))
+    reader, started = Log(log), time.time()
+    current, current_t, used = None, None, {p: 0.0 for p in pending}
+    ran_any, killed, rc, this_run, done_t = False, None, None, [], None
+    shared = []                         # why a file of no one part could not be collected
+    restart, swept = False, time.time()   # the plugin ended the process for a fresh one
+
+    def handle(rec):
+        nonlocal current, current_t, ran_any, restart
+        if "collected" in rec:
+            fresh = {}
+            this_run[:] = rec["collected"]
+            for nid in rec["collected"]:
+                fresh.setdefault(part_of(nid), []).append(nid)
+            collected.update(fresh)
+        elif "collect_error" in rec:
+            p = part_of(rec["collect_error"])
+            if p in pending:
+                stopped.setdefault(p, f"its tests could not be collected: {rec['message']}")
+            else:                       # the hidden tests' file: every part's
+                shared.append(rec["message"])
+        elif "start" in rec:
+            current, current_t, ran_any = rec["start"], rec["t"], True
+        elif "done" in rec:
+            results[rec["done"]] = (rec["passed"], rec["message"])
+            p = part_of(rec["done"])
+            if p in used and current_t is not None:
+                used[p] += rec["t"] - current_t
+            current, current_t = None, None
+        elif "left" in rec:                 # the part's tests ended; what it left did not
+            stopped[rec["left"]] = rec["why"]
+            restart = rec["restart"]
+            say(f"  {rec['left']}: {rec['why']}")
+    while True:
+        for rec in reader.new():
+            handle(rec)
+        rc = proc.poll()
+        if rc is not None:
             for rec in reader.new():
                 handle(rec)
-            rc = proc.poll()
-            if rc is not None:
-                for rec in reader.new():
-                    handle(rec)
-                break
-            now = time.time()
-            part = part_of(current) if current else None
-            if this_run and all(n in results for n in this_run):
-                # every test finished: a process that does not end (a thread the code started
-                # that never stops) is stopped after a grace period, with nothing lost
-                done_t = done_t or now
-                if now - done_t > EXIT_GRACE_S:
-                    killed = (None, None)
-            elif part in used and used[part] + now - current_t > limits[part]:
-                killed = (part, f"stopped after {limits[part]:g} s, the time limit of this part, "
-                                f"in {test_name(current)}: an endless loop, or far too slow")
-            elif not ran_any and now - started > startup_s:
-                killed = (None, f"the tests did not start within {startup_s:g} s")
-            elif now > deadline:
-                killed = (None, "not graded: the autograder's time ran out before this part "
-                                "finished (an earlier part ran to its time limit?)")
-            if killed:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                proc.wait()
-                break
-            time.sleep(0.05)
-        complete = [p for p in pending if collected.get(p)
-                    and all(n in results for n in collected[p])]
-        if killed and killed[0]:
-            stopped[killed[0]] = killed[1]
-        elif killed and killed[1]:
-            for p in pending:
-                if p not in complete:
-                    stopped.setdefault(p, killed[1])
-        elif not killed and any(p not in complete and p not in stopped for p in pending):
-            if current:
-                stopped[part_of(current)] = stopped_because(rc, current, out)
-            elif not ran_any:
-                for p in pending:
-                    stopped.setdefault(p, stopped_because(rc, None, out, shared and shared[0]))
-            else:
-                first = next(p for p in pending if p not in complete and p not in stopped)
-                stopped[first] = stopped_because(rc, None, out)
-        left = [p for p in pending if p not in complete and p not in stopped]
-        if left == pending:                     # no progress: never start the same run again
-            stopped[left[0]] = stopped_because(rc, current, out)
-            left = left[1:]
+            break
+        now = time.time()
+        part = part_of(current) if current else None
+        if this_run and all(n in results for n in this_run):
+            # every test finished: a process that does not end (a thread the code started
+            # that never stops) is stopped after a grace period, with nothing lost
+            done_t = done_t or now
+            if now - done_t > EXIT_GRACE_S:
+                killed = (None, None)
+        elif part in used and used[part] + now - current_t > limits[part]:
+            killed = (part, f"stopped after {limits[part]:g} s, the time limit of this part, "
+                            f"in {test_name(current)}: an endless loop, or far too slow")
+        elif not ran_any and now - started > startup_s:
+            killed = (None, f"the tests did not start within {startup_s:g} s")
+        elif now > deadline:
+            killed = (None, "not graded: the autograder's time ran out before this part "
+                            "finished (an earlier part ran to its time limit?)")
+        if killed:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            break
+        if now - swept > SWEEP_S:       # orphans of the tests' process (a daemon) now
+            swept = now
+            n = stop_strays(own | {proc.pid})
+            if n:
+                say(f"  stopped {n} process(es) that the tests' code left running")
+        time.sleep(0.05)
+    try:                                # what the tests' process left: its process group,
+        os.killpg(proc.pid, signal.SIGKILL)     # then every orphan (the grader reaps them)
+    except OSError:
+        pass
+    n = stop_strays(own)
+    if n:
+        say(f"  stopped {n} process(es) that the tests' code left running")
+    complete = [p for p in pending if collected.get(p)
+                and all(n in results for n in collected[p])]
+    if killed and killed[0]:
+        stopped[killed[0]] = killed[1]
+    elif killed and killed[1]:
         for p in pending:
-            seconds[p] = used[p]
-            if p in stopped and p not in complete:
-                say(f"  {p}: {stopped[p]}")
-        pending = left
-    return results, collected, stopped, seconds
+            if p not in complete:
+                stopped.setdefault(p, killed[1])
+    elif not killed and restart:        # a fresh process for the parts after it
+        pass
+    elif not killed and any(p not in complete and p not in stopped for p in pending):
+        if current:
+            stopped[part_of(current)] = stopped_because(rc, current, out)
+        elif not ran_any:
+            for p in pending:
+                stopped.setdefault(p, stopped_because(rc, None, out, shared and shared[0]))
+        else:
+            first = next(p for p in pending if p not in complete and p not in stopped)
+            stopped[first] = stopped_because(rc, None, out)
+    left = [p for p in pending if p not in complete and p not in stopped]
+    if left == pending:                     # no progress: never start the same run again
+        stopped[left[0]] = stopped_because(rc, current, out)
+        left = left[1:]
+    for p in pending:
+        seconds[p] = used[p]
+        if p in stopped and p not in complete:
+            say(f"  {p}: {stopped[p]}")
+    return left
 
 
 # ---------------------------------------------------------------------------- the pytest plugin
@@ -313,6 +425,8 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
 
 _LOG = os.environ.get(LOG_ENV)
 _FAILED = {}
+_BEFORE = {}                  # what the first test found: threads, guarded names (_left_behind)
+GRADED_MODULES = ("objectives", "encoder", "optim", "ablations", "flops", "finetune_glue")
 
 
 def _emit(record):
@@ -348,6 +462,8 @@ def _message(report):
         return f"printed more than {MAX_OUTPUT // 2 ** 20} MB (huge output): print less"
     if text.startswith("NotImplementedError"):
         return "not written yet (the body raises NotImplementedError)"
+    if text.strip() == "MemoryError":
+        return "MemoryError: out of memory (the grader has 768 MB in all)"
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     raised = [l[1:].strip() for l in lines if l.startswith("E ")]
     if lines and "while importing" in lines[0] and raised:
@@ -374,8 +490,70 @@ if _LOG:
         torch.set_num_threads(threads)
 
 
+def _guarded():
+    """{name: object} of what the tests rely on and a part's code must leave alone: the
+    functions and classes of torch, torch.nn.functional, Tensor, Module, torch.testing, math,
+    builtins, pytest, the graded modules and this plugin (what a part's code replaced there
+    would change the tests of the parts after it, or fake their reports)."""
+    import builtins
+    import math
+    import torch
+    import torch.nn.functional
+    import torch.testing
+    spaces = {"torch": torch, "torch.nn.functional": torch.nn.functional,
+              "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+              "torch.testing": torch.testing, "math": math, "builtins": builtins,
+              "pytest": sys.modules.get("pytest"), "teaching.runner": sys.modules[__name__],
+              **{m: sys.modules.get(m) for m in GRADED_MODULES}}
+    return {f"{where}.{name}": _unwrap(value) for where, space in spaces.items()
+            if space is not None for name, value in list(vars(space).items())
+            if callable(value) and not (name.startswith("__") and name.endswith("__"))}
+
+
+def _unwrap(f):
+    """The function under its decorators: torch wraps some of its own when a submodule is first
+    imported (torch._dynamo wraps torch.manual_seed), which is no change."""
+    import inspect
+    try:
+        return inspect.unwrap(f)
+    except ValueError:
+        return f
+
+
+def _left_behind():
+    """Why the part whose tests just ended left the process unfit for the next part's tests
+    (None when it did not): processes or threads its code started that still run, or a name
+    of _guarded() it replaced."""
+    import threading
+    me = os.getpid()
+    running = [p for p, (parent, state) in process_table().items()
+               if parent == me and state != "Z"]
+    threads = [t for t in threading.enumerate() if t not in _BEFORE["threads"]]
+    now = _guarded()
+    changed = [n for n, v in _BEFORE["guarded"].items() if now.get(n) is not v]
+    if changed:
+        return (f"its code changed {changed[0]}"
+                + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
+                + ", which the tests use: a part's code must not change torch, pytest or the "
+                  "grader")
+    if running or threads:
+        what = (f"{len(running)} process(es)" if running else "") + \
+            (" and " if running and threads else "") + \
+            (f"{len(threads)} thread(s)" if threads else "")
+        for pid in running:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return (f"its code left {what} running after its tests (the grader stopped them): a "
+                f"part's code must not start processes or threads that outlive it")
+    return None
+
+
 def pytest_collection_finish(session):
     if _LOG:
+        import threading
+        _BEFORE.update(threads=set(threading.enumerate()), guarded=_guarded())
         _emit({"collected": [item.nodeid for item in session.items]})
 
 
@@ -398,3 +576,19 @@ def pytest_runtest_logfinish(nodeid, location):
     if _LOG:
         message = _FAILED.pop(nodeid, None)
         _emit({"done": nodeid, "passed": message is None, "message": message, "t": time.time()})
+
+
+if _LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """After a part's last test: a part that left processes or threads running, or changed
+        what the tests rely on, gets 0 with one line, and this process ends so that the grader
+        starts a fresh one for the parts after it."""
+        yield
+        part = part_of(item.nodeid)
+        if nextitem is not None and part_of(nextitem.nodeid) == part:
+            return
+        why = _left_behind() if _BEFORE else None
+        if why:
+            _emit({"left": part, "why": why, "restart": nextitem is not None})
+            os._exit(0)

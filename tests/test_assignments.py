@@ -512,11 +512,52 @@ WRONG = [{
     # the 1/sqrt(d) scale counted on q (hidden per token) instead of on the scores
     "flops": ("+ (SOFTMAX + DROPOUT + 1) * seq * heads",
               "+ (SOFTMAX + DROPOUT) * seq * heads + hidden"),
+    # L_MLM detached in the sum: the same value, but G never trains
+    "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
+                   "loss = loss_mlm.detach() + self.disc_weight * loss_disc"),
 }, {
     # the log of a softmax: exp underflows to 0 for a target far below the largest logit
     "mlm_loss": ["p = torch.softmax(logits.float(), dim=-1)",
                  "nll = -torch.log(p.gather(-1, targets[..., None]).squeeze(-1))",
                  "return (nll * weights).sum() / weights.sum().clamp(min=1.0)"],
+    # the inverse CDF in the logits' dtype: summed in bf16, the CDF has steps of 2^-8 near 1,
+    # and the tokens inside a step are never drawn
+    "sample": ["cdf = torch.softmax(logits.detach(), dim=-1).cumsum(-1)",
+               "u = torch.rand(cdf.shape[:-1] + (1,), generator=generator).to(cdf.dtype)",
+               "x_hat = torch.searchsorted(cdf, u, right=True).squeeze(-1)",
+               "return x_hat.clamp(max=cdf.shape[-1] - 1)"],
+    # L_Disc detached in the sum ("no gradient into G" taken too far): the same value, but D
+    # never trains
+    "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
+                   "loss = loss_mlm + self.disc_weight * loss_disc.detach()"),
+    # x_corrupt by indexing, but the labels by a scatter over every slot: an unused slot
+    # repeating a used position, written after it, unmarks it
+    "corrupt": ["x_corrupt = x.clone()",
+                "used = masked.weights > 0",
+                "rows = torch.arange(x.shape[0])[:, None].expand_as(masked.positions)",
+                "x_corrupt[rows[used], masked.positions[used]] = x_hat[used]",
+                "is_replaced = torch.zeros_like(x, dtype=torch.bool).scatter(",
+                "    1, masked.positions, (x_hat != masked.targets) & used)",
+                "return x_corrupt, is_replaced"],
+    # the moments rebound in the lists instead of updated in place: the optimizer's state
+    # stays zero, so every step starts Adam afresh
+    "adam": ["for i, (p, g) in enumerate(zip(params, grads)):",
+             "    m[i] = b1 * m[i] + (1 - b1) * g",
+             "    v[i] = b2 * v[i] + (1 - b2) * g * g",
+             "    p.sub_(lr * (m[i] / (v[i].sqrt() + eps) + wd * p))"],
+    # the used positions of every row marked in every row (the row index forgotten)
+    "electra15": ["in_m = torch.zeros_like(scored, dtype=torch.bool)",
+                  "in_m[:, masked.positions[masked.weights > 0]] = True",
+                  "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
+                  "                            pad_mask, segment_ids)"],
+}]
+
+# Plausible wrong answers that only the hidden tests catch: the edge cases the public tests
+# leave out on purpose (the autograder's hidden tests add them).
+WRONG_HIDDEN_ONLY = [{
+    # k not capped at n: a row without real tokens (all padding) gets one used slot
+    "mask": ("torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n)",
+             "torch.clamp(torch.floor(mask_prob * n + 0.5), min=1)"),
 }]
 
 
@@ -534,6 +575,17 @@ def test_plausible_wrong_answers_fail_their_part(tmp_path, round_):
     for part in answers:
         assert "failed" in results[part], part
         assert "failed" in results[f"hidden_{part}"], f"hidden tests of {part}"
+
+
+def test_wrong_answers_of_the_edge_cases_fail_the_hidden_tests(tmp_path):
+    """The public tests pass them (else they belong in WRONG); the hidden ones do not."""
+    for i, round_ in enumerate(WRONG_HIDDEN_ONLY):
+        answers = {part: swap(part, *w) if isinstance(w, tuple) else w
+                   for part, w in round_.items()}
+        results = grade(tmp_path / f"round{i}", answers)
+        for part in answers:
+            assert results[part] == {"passed"}, f"public tests of {part} catch it: to WRONG"
+            assert "failed" in results[f"hidden_{part}"], f"hidden tests of {part}"
 
 
 @pytest.mark.parametrize("args, message", [

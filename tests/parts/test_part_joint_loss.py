@@ -2,8 +2,9 @@
 
 The other parts forward() relies on - sampling, corruption, L_MLM, L_Disc, attention - are replaced here by
 stand-ins that record what they receive, so this file grades the wiring alone: the value of the
-sum (computed independently from the logits both networks produced), that D reads x_corrupt,
-that L_Disc scores every real token, and that L_Disc sends no gradient into G."""
+sum (computed independently from the logits both networks produced) and its gradient (L_MLM's
+into G, λ L_Disc's into D: nothing detached), that D reads x_corrupt, that L_Disc scores every
+real token, and that L_Disc sends no gradient into G."""
 from dataclasses import replace
 
 import pytest
@@ -102,3 +103,25 @@ def test_no_gradient_from_l_disc_into_the_generator(rig):
     assert all(g is None or g.abs().sum() == 0 for g in grads)
     grads = torch.autograd.grad(stats["mlm_loss"], gen_only, allow_unused=True)
     assert any(g is not None and g.abs().sum() > 0 for g in grads)       # L_MLM does reach G
+
+
+def own_weights(net):
+    """A network's parameters other than the embeddings it shares with the other one."""
+    return [p for n, p in net.named_parameters() if not n.startswith("embeddings")]
+
+
+def test_the_loss_trains_both_networks(rig):
+    """`loss` is what the trainer back-propagates: its gradient is L_MLM's in G and 50 times
+    L_Disc's in D (a detached term would leave that network untrained, with the same value)."""
+    model, batch, _, _, _ = rig
+    loss, stats = model(**batch)
+    for net, part, scale in ((model.discriminator, "disc_loss", 50.0),
+                             (model.generator, "mlm_loss", 1.0)):
+        weights = own_weights(net)
+        got = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
+        want = torch.autograd.grad(stats[part], weights, retain_graph=True, allow_unused=True)
+        assert any(w is not None and w.abs().sum() > 0 for w in want)
+        assert all(g is not None and torch.allclose(g, scale * w, rtol=1e-4, atol=1e-6)
+                   for g, w in zip(got, want) if w is not None), \
+            f"the gradient of loss in {'D' if part == 'disc_loss' else 'G'} should be " \
+            f"{'' if scale == 1 else '50 times '}{part}'s: is a term detached?"

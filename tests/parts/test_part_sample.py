@@ -1,7 +1,8 @@
 """Part 2, sample (objectives.sample): x̂_i ~ p_G(x_i | x_masked) = softmax(logits), §2.
 
-One exact sample per row as int64, no gradient, safe for logits of ±1000, reproducible from
-`generator`. Any exact method passes: the inverse CDF, the Gumbel-max trick, torch.multinomial."""
+One exact sample per row as int64, no gradient, safe for logits of ±1000 and for bf16 logits,
+reproducible from `generator`. Any exact method passes: the inverse CDF, the Gumbel-max trick,
+torch.multinomial."""
 import torch
 
 from objectives import sample
@@ -37,3 +38,17 @@ def test_no_gradient_and_large_logits_are_safe():
     logits = torch.tensor([[1000.0, 0.0, -1000.0]], requires_grad=True)
     x_hat = sample(logits, torch.Generator().manual_seed(5))
     assert not x_hat.requires_grad and x_hat.tolist() == [0]
+
+
+def test_bf16_logits_over_a_large_vocabulary_reach_every_token():
+    """Uniform bf16 logits over 30,522 tokens (what G gives under bf16 autocast): 1,000 draws of
+    an exact sampler hold about 984 distinct tokens. A CDF summed in bf16 has steps of 2^-8 near
+    1: whole runs of tokens share one value and are never drawn."""
+    V = 30522
+    logits = torch.zeros(V, dtype=torch.bfloat16).expand(20, V)    # 20 rows a call: small blocks
+    g = torch.Generator().manual_seed(6)
+    x_hat = torch.cat([sample(logits, g) for _ in range(50)])
+    assert x_hat.dtype == torch.int64 and ((x_hat >= 0) & (x_hat < V)).all()
+    distinct = x_hat.unique().numel()
+    assert distinct > 900, f"{distinct} distinct tokens in 1,000 draws, an exact sampler " \
+        f"draws about 984: compute the probabilities in float32"
