@@ -207,7 +207,7 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     and TASKS say); a second all on the same WORK trains BERT-Small at the first run's FLOPs."""
     work, res = tmp_path / "work", tmp_path / "res"
     env = dict(WORK=str(work), CORPUS=str(corpus_file.parent), GLUE=str(GLUE), TASKS="rte",
-               FT_RESERVE="300", PRE_MIN="30", LIMIT_CHECK="1200", LIMIT_TASK="1200",
+               FT_RESERVE="300", PRE_MIN="10", LIMIT_CHECK="1200", LIMIT_TASK="1200",
                CHECK_LAYERS="1")
     r = stage("all", 0.5, res, **env)          # (too few: pre-training gets PRE_MIN)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -215,7 +215,7 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     assert "selfcheck: ok" in s and "finetune rte: ok" in s and "bench" not in s
     assert "PASSED at tiny, 1 of its 2 layers" in (res / "check.txt").read_text()
     secs = int(re.search(r"all: pretrain: (\d+) s \(eager, --hours\)", s)[1])
-    assert secs == 30 and f"--hours {30 / 3600:g}" in (res / "pretrain.txt").read_text()
+    assert secs == 10 and f"--hours {10 / 3600:g}" in (res / "pretrain.txt").read_text()
     log = [json.loads(l) for l in (res / "pretrain_log.jsonl").read_text().splitlines()]
     assert log[-1]["step"] > 0
     ft = (res / "finetune.txt").read_text()
