@@ -34,17 +34,17 @@ def one_error_line(r):
 def test_short_run_learns(learnable_data_dir, tmp_path):
     out = tmp_path / "run"
     r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
-                "--max_steps", "600", "--log_every", "100")
+                "--max_steps", "300", "--log_every", "100")
     assert r.returncode == 0, r.stderr
     assert "params" in r.stdout and "training FLOPs/step" in r.stdout
-    log = read_log(out)
-    first, last = log[100], log[600]
+    log = read_log(out)          # (on one machine G's accuracy went 10.6 % -> 20.6 %, L_Disc fell)
+    first, last = log[100], log[300]
     assert last["disc_loss"] < first["disc_loss"], (first, last)
     assert last["gen_acc"] > first["gen_acc"] + 0.03, (first, last)
     assert last["mlm_loss"] < first["mlm_loss"]
-    assert last["flops"] == pytest.approx(6 * first["flops"])
+    assert last["flops"] == pytest.approx(3 * first["flops"])
     ckpt = load_checkpoint(out / "ckpt.pt")
-    assert ckpt["step"] == 600 and ckpt["tokenizer"].strip()
+    assert ckpt["step"] == 300 and ckpt["tokenizer"].strip()
 
 
 def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
@@ -227,15 +227,30 @@ def test_ctrl_c_saves_a_checkpoint(data_dir, tmp_path):
     (["--mask_prob", "1.5"], "--mask_prob"),
     (["--mask_prob", "0"], "--mask_prob"),
 ])
-def test_bad_budget_is_one_line(data_dir, tmp_path, extra, message):
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", tmp_path / "o", *TINY, *extra)
+def test_bad_budget_is_one_line(data_dir, tmp_path, capsys, extra, message):
+    r = in_process(capsys, "--data", data_dir, "--out_dir", tmp_path / "o", *TINY, *extra)
     assert one_error_line(r) and message in r.stderr, r.stderr
-    assert not (tmp_path / "o" / "ckpt.pt").exists()
+    assert not (tmp_path / "o").exists()
 
 
-def test_unprepared_data_folder_is_one_line(tmp_path):
+def in_process(capsys, *args):
+    """electra_small.py's main(args) in this process, for input that is refused before any
+    training (a fresh Python costs a second or two of imports per case): its exit status and
+    what it printed, as run_cli gives them. An exception that escaped main() would fail the test
+    as a traceback fails the command line."""
+    import electra_small
+    capsys.readouterr()
+    try:
+        rc = electra_small.main([str(a) for a in args])
+    except SystemExit as e:                     # argparse's refusals
+        rc = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+def test_unprepared_data_folder_is_one_line(tmp_path, capsys):
     (tmp_path / "raw").mkdir()
-    r = run_cli("electra_small.py", "--data", tmp_path / "raw", "--out_dir", tmp_path / "o", *TINY)
+    r = in_process(capsys, "--data", tmp_path / "raw", "--out_dir", tmp_path / "o", *TINY)
     assert one_error_line(r) and "data.py" in r.stderr, r.stderr
 
 
@@ -312,10 +327,10 @@ def test_default_command_builds_the_demo_corpus_offline(tmp_path):
     assert meta["vocab_size"] == 30522 and meta["train_tokens"] > 1_000_000
 
 
-def test_out_dir_that_is_a_file_is_one_line(data_dir, tmp_path):
+def test_out_dir_that_is_a_file_is_one_line(data_dir, tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("keep me")
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", f, *TINY, "--max_steps", "2")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", f, *TINY, "--max_steps", "2")
     assert one_error_line(r) and "is a file" in r.stderr, r.stderr
     assert f.read_text() == "keep me"
 
