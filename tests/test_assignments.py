@@ -101,15 +101,22 @@ def swap(part, old, new):
     return body
 
 
+# How a student's Part 1 often begins: the real tokens by a loop over the special ids (three
+# bodies below, right and wrong, start so).
+MASK_REAL_TOKENS = [
+    "B, T = x.shape",
+    "is_real = torch.ones_like(x, dtype=torch.bool)",
+    "for s in special_ids:",
+    "    is_real &= x != s",
+]
+
+
 # Correct answers other than the reference, as students write them: each round is one student
 # copy with these parts blank and filled in, and every test of theirs must pass.
 ALTERNATIVES = [{
     # a per-row randperm; unused slots repeat the first chosen position (Masked allows it)
     "mask": [
-        "B, T = x.shape",
-        "is_real = torch.ones_like(x, dtype=torch.bool)",
-        "for s in special_ids:",
-        "    is_real &= x != s",
+        *MASK_REAL_TOKENS,
         "positions = torch.zeros(B, n_slots, dtype=torch.long)",
         "weights = torch.zeros(B, n_slots)",
         "x_masked = x.clone()",
@@ -280,10 +287,7 @@ ALTERNATIVES = [{
     # torch.multinomial without replacement over every position, special ones at weight 1e-12
     # (so that a row always has K to draw); unused slots may then hold a special token
     "mask": [
-        "B, T = x.shape",
-        "is_real = torch.ones_like(x, dtype=torch.bool)",
-        "for s in special_ids:",
-        "    is_real &= x != s",
+        *MASK_REAL_TOKENS,
         "n = is_real.sum(1)",
         "k = torch.minimum(torch.round(mask_prob * n).clamp(min=1), n).clamp(max=n_slots)",
         "positions = torch.multinomial(is_real.double() + 1e-12, n_slots, generator=generator)",
@@ -458,10 +462,7 @@ WRONG = [{
     # a run of k neighbouring real tokens from a random start (cyclic): every position as
     # often as the rule's, but not a uniform k-subset
     "mask": [
-        "B, T = x.shape",
-        "is_real = torch.ones_like(x, dtype=torch.bool)",
-        "for s in special_ids:",
-        "    is_real &= x != s",
+        *MASK_REAL_TOKENS,
         "positions = torch.zeros(B, n_slots, dtype=torch.long)",
         "weights = torch.zeros(B, n_slots)",
         "x_masked = x.clone()",
