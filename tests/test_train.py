@@ -31,10 +31,26 @@ def one_error_line(r):
         "Traceback" not in r.stderr
 
 
-def test_short_run_learns(learnable_data_dir, tmp_path):
+def in_process(capsys, *args):
+    """electra_small.py's main(args) in this process (a fresh Python costs a second or two of
+    imports per run; the runs that must be a process of their own - killed, interrupted, the
+    default command - still start one): its exit status and what it printed, as run_cli gives
+    them. An exception that escaped main() would fail the test as a traceback fails the command
+    line."""
+    import electra_small
+    capsys.readouterr()
+    try:
+        rc = electra_small.main([str(a) for a in args])
+    except SystemExit as e:                     # argparse's refusals
+        rc = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+def test_short_run_learns(learnable_data_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
-                "--max_steps", "300", "--log_every", "100")
+    r = in_process(capsys, "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                   "--max_steps", "300", "--log_every", "100")
     assert r.returncode == 0, r.stderr
     assert "params" in r.stdout and "training FLOPs/step" in r.stdout
     log = read_log(out)          # (on one machine G's accuracy went 10.6 % -> 20.6 %, L_Disc fell)
@@ -47,14 +63,14 @@ def test_short_run_learns(learnable_data_dir, tmp_path):
     assert ckpt["step"] == 300 and ckpt["tokenizer"].strip()
 
 
-def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
+def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path, capsys):
     # On learnable text D catches replaced tokens within 100 steps, and what it flags is mostly
     # right. Flagging at random would be right for only the replaced share (~13 %), and the
     # "everything is real" plateau has recall 0. AdamW, as in --size laptop: with the official
     # optimizer and so short a warm-up, D collapses (docs/plateau.md).
     out = tmp_path / "run"
-    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
-                "--optimizer", "torch", "--max_steps", "200", "--log_every", "50")
+    r = in_process(capsys, "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                   "--optimizer", "torch", "--max_steps", "200", "--log_every", "50")
     assert r.returncode == 0, r.stderr
     at100 = read_log(out)[100]
     assert at100["disc_acc_replaced"] >= 0.15 and at100["disc_precision_replaced"] >= 0.5, at100
@@ -74,12 +90,12 @@ def test_discriminator_leaves_the_plateau(learnable_data_dir, tmp_path):
     assert "never left the plateau" not in r.stdout
 
 
-def test_a_run_that_ends_on_the_plateau_says_so(learnable_data_dir, tmp_path):
+def test_a_run_that_ends_on_the_plateau_says_so(learnable_data_dir, tmp_path, capsys):
     # Ten steps are far too few for D to leave the plateau: the closing line must say so, why,
     # and what to do, with the figures of the last log line.
     out = tmp_path / "run"
-    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, *TINY,
-                "--max_steps", "10", "--log_every", "5")
+    r = in_process(capsys, "--data", learnable_data_dir, "--out_dir", out, *TINY,
+                   "--max_steps", "10", "--log_every", "5")
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]
     rec = read_log(out)[10]
@@ -146,10 +162,10 @@ def test_an_mfu_above_100_percent_measures_the_peak_again():
     assert len(said) == 1
 
 
-def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
+def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path, capsys):
     args = ["--data", data_dir, *TINY, "--max_steps", "40", "--log_every", "1"]
     ref = tmp_path / "ref"
-    r = run_cli("electra_small.py", *args, "--out_dir", ref)
+    r = in_process(capsys, *args, "--out_dir", ref)
     assert r.returncode == 0, r.stderr
     # the same run, checkpointing every 10 steps, killed with SIGKILL (no chance to save)
     out = tmp_path / "killed"
@@ -165,8 +181,8 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
     proc.wait()
     saved = load_checkpoint(out / "ckpt.pt")["step"]
     assert 10 <= saved < 40, saved
-    r = run_cli("electra_small.py", "--out_dir", out, "--resume", "--data", data_dir,
-                "--threads", "1", "--log_every", "1")
+    r = in_process(capsys, "--out_dir", out, "--resume", "--data", data_dir, "--threads", "1",
+                   "--log_every", "1")
     assert r.returncode == 0, r.stderr
     assert f"resuming at step {saved}" in r.stdout
     a, b = read_log(ref), read_log(out)
@@ -175,10 +191,10 @@ def test_killed_run_resumes_to_the_same_next_step_loss(data_dir, tmp_path):
         assert b[step]["disc_loss"] == pytest.approx(a[step]["disc_loss"], rel=1e-5, abs=1e-6)
 
 
-def test_hours_budget_lays_the_schedule_over_wall_clock_time(data_dir, tmp_path):
+def test_hours_budget_lays_the_schedule_over_wall_clock_time(data_dir, tmp_path, capsys):
     out, hours = tmp_path / "timed", 12 / 3600
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY,
-                "--hours", str(hours), "--log_every", "1", "--save_at", "0.5,1")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY,
+                   "--hours", str(hours), "--log_every", "1", "--save_at", "0.5,1")
     assert r.returncode == 0, r.stderr
     # Judged in steps, not seconds (a busy machine makes each step slower, never wrong): every
     # step but the last began before the deadline, and the last one ended after it.
@@ -233,58 +249,43 @@ def test_bad_budget_is_one_line(data_dir, tmp_path, capsys, extra, message):
     assert not (tmp_path / "o").exists()
 
 
-def in_process(capsys, *args):
-    """electra_small.py's main(args) in this process, for input that is refused before any
-    training (a fresh Python costs a second or two of imports per case): its exit status and
-    what it printed, as run_cli gives them. An exception that escaped main() would fail the test
-    as a traceback fails the command line."""
-    import electra_small
-    capsys.readouterr()
-    try:
-        rc = electra_small.main([str(a) for a in args])
-    except SystemExit as e:                     # argparse's refusals
-        rc = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out, err)
-
-
 def test_unprepared_data_folder_is_one_line(tmp_path, capsys):
     (tmp_path / "raw").mkdir()
     r = in_process(capsys, "--data", tmp_path / "raw", "--out_dir", tmp_path / "o", *TINY)
     assert one_error_line(r) and "data.py" in r.stderr, r.stderr
 
 
-def test_bad_checkpoints_are_refused_and_never_overwritten(data_dir, tmp_path):
+def test_bad_checkpoints_are_refused_and_never_overwritten(data_dir, tmp_path, capsys):
     out = tmp_path / "o"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
     assert r.returncode == 0, r.stderr
     good = (out / "ckpt.pt").read_bytes()
     # a second run into the same folder without --resume must not overwrite progress
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "3")
     assert one_error_line(r) and "--resume" in r.stderr
     assert (out / "ckpt.pt").read_bytes() == good
     # resuming with another model size
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume", "--size", "small")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, "--resume", "--size", "small")
     assert one_error_line(r) and "different config" in r.stderr, r.stderr
     # a truncated checkpoint
     (out / "ckpt.pt").write_bytes(good[: len(good) // 2])
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, "--resume")
     assert one_error_line(r) and "truncated" in r.stderr, r.stderr
     assert not list(out.glob(".*tmp*"))
 
 
-def test_mask_prob_reaches_the_masking(data_dir, tmp_path):
+def test_mask_prob_reaches_the_masking(data_dir, tmp_path, capsys):
     """--mask_prob (Table 6's "Mask percent") sets the config, and with it how many slots
     mask_tokens fills: 40 % of 64 tokens needs more slots than 15 %."""
     out = tmp_path / "o"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "1",
-                "--mask_prob", "0.4")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "1",
+                   "--mask_prob", "0.4")
     assert r.returncode == 0, r.stderr
     cfg = Config.from_dict(load_checkpoint(out / "ckpt.pt")["config"])
     assert cfg.mask_prob == 0.4 and cfg.n_slots > Config(seq_len=cfg.seq_len).n_slots
 
 
-def test_plain_mlm_trains_the_same_numbers_as_the_fused_output(data_dir, tmp_path):
+def test_plain_mlm_trains_the_same_numbers_as_the_fused_output(data_dir, tmp_path, capsys):
     """--plain_mlm (objectives.sample + mlm_loss, the assignment's code path) and the default
     fused machinery/mlm_output.py give the same losses step by step, and resume either way. Both run in
     float32: under bf16 autocast (--precision auto on a CPU with AVX512-BF16) the two paths
@@ -293,7 +294,7 @@ def test_plain_mlm_trains_the_same_numbers_as_the_fused_output(data_dir, tmp_pat
             "--precision", "fp32"]
     runs = {}
     for name, extra in (("fused", []), ("plain", ["--plain_mlm"])):
-        r = run_cli("electra_small.py", *args, *extra, "--out_dir", tmp_path / name)
+        r = in_process(capsys, *args, *extra, "--out_dir", tmp_path / name)
         assert r.returncode == 0, r.stderr
         runs[name] = read_log(tmp_path / name)
         cfg = Config.from_dict(load_checkpoint(tmp_path / name / "ckpt.pt")["config"])
@@ -301,14 +302,14 @@ def test_plain_mlm_trains_the_same_numbers_as_the_fused_output(data_dir, tmp_pat
     for step in range(1, 5):
         for key in ("mlm_loss", "disc_loss"):
             assert runs["plain"][step][key] == pytest.approx(runs["fused"][step][key], rel=1e-4)
-    r = run_cli("electra_small.py", *args[:4], "--max_steps", "6", "--resume", "--out_dir",
-                tmp_path / "plain")
+    r = in_process(capsys, *args[:4], "--max_steps", "6", "--resume", "--out_dir",
+                   tmp_path / "plain")
     assert r.returncode == 0, r.stderr
 
 
-def test_checkpoint_holds_no_pickled_code(data_dir, tmp_path):
+def test_checkpoint_holds_no_pickled_code(data_dir, tmp_path, capsys):
     out = tmp_path / "o"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "2")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "2")
     assert r.returncode == 0, r.stderr
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)        # would raise on pickled objects
     for key in ("config", "model", "optimizer", "step", "flops", "elapsed_s", "rng", "data",
@@ -335,12 +336,12 @@ def test_out_dir_that_is_a_file_is_one_line(data_dir, tmp_path, capsys):
     assert f.read_text() == "keep me"
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, capsys):
     # an absurd learning rate makes the weights, then the loss, overflow within a few steps;
     # checkpoints are due every 2 steps, so a NaN state would be saved if nothing checked
     out = tmp_path / "o"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps",
-                "60", "--log_every", "50", "--save_every", "2", "--lr", "1e30")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps",
+                   "60", "--log_every", "50", "--save_every", "2", "--lr", "1e30")
     assert one_error_line(r) and "NaN or infinite at step" in r.stderr, r.stderr
     step = int(r.stderr.split("at step ")[1].split(";")[0])
     assert 1 <= step <= 60
@@ -411,27 +412,27 @@ save_checkpoint({str(path)!r}, {{"config": {{}}, "model": {{}}, "step": 2, "toke
 
 
 def test_resume_refuses_zero_byte_and_other_vocabulary_checkpoints(data_dir, learnable_data_dir,
-                                                                   tmp_path):
+                                                                   tmp_path, capsys):
     out = tmp_path / "o"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "2")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--max_steps", "2")
     assert r.returncode == 0, r.stderr
     good = (out / "ckpt.pt").read_bytes()
     # the same run resumed on data with another tokenizer (vocabulary 300 instead of 1000)
-    r = run_cli("electra_small.py", "--data", learnable_data_dir, "--out_dir", out, "--resume")
+    r = in_process(capsys, "--data", learnable_data_dir, "--out_dir", out, "--resume")
     assert one_error_line(r) and "another tokenizer" in r.stderr, r.stderr
     assert (out / "ckpt.pt").read_bytes() == good
     # a zero-byte checkpoint (a copy that failed, a full disk outside this program)
     (out / "ckpt.pt").write_bytes(b"")
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, "--resume")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, "--resume")
     assert one_error_line(r) and "cannot be read as a checkpoint" in r.stderr, r.stderr
 
 
-def test_two_stage_run_switches_half_way_through_the_hooks(data_dir, tmp_path):
+def test_two_stage_run_switches_half_way_through_the_hooks(data_dir, tmp_path, capsys):
     """The loop knows nothing of two-stage training: the model's on_progress hook starts stage
     two at half the budget, and schedule_progress gives each stage its own warm-up and decay."""
     out = tmp_path / "two"
-    r = run_cli("electra_small.py", "--data", data_dir, "--out_dir", out, *TINY, "--two_stage",
-                "--gen_size", "1", "--max_steps", "8", "--log_every", "1")
+    r = in_process(capsys, "--data", data_dir, "--out_dir", out, *TINY, "--two_stage",
+                   "--gen_size", "1", "--max_steps", "8", "--log_every", "1")
     assert r.returncode == 0, r.stderr
     assert "step 4: stage two - D initialised from G, G frozen" in r.stdout
     log = read_log(out)
