@@ -192,11 +192,10 @@ stage_check() {
   # aot_eager (Inductor would compile for minutes there).
   {
     command -v nvidia-smi >/dev/null && nvidia-smi
-    $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
-'| cuda', torch.version.cuda, '| GPU', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
+    head -n 1 <<< "$PY_VERSIONS"                 # (need_python read them)
     $PY -c "import transformers; print('transformers', transformers.__version__)" 2>/dev/null \
       || echo "transformers not installed (the bench's hf contender will be skipped)"
-    $PY -c "import numpy, tiktoken; print('numpy', numpy.__version__, '| tiktoken', tiktoken.__version__)"
+    tail -n 1 <<< "$PY_VERSIONS"
     echo "corpus: $(shards | wc -l) shard(s) in $CORPUS | GLUE: $GLUE | $WORKERS cores"
   } 2>&1 | tee -a "$RES/check.txt"
   local backend=inductor size=small
@@ -435,18 +434,24 @@ check_glue() {
 # Before a stage starts: its arguments, the python, the GPU (DEVICE=cuda) and every input it
 # will need later are there, so a problem is one line at once - before anything is prepared,
 # run or written, and never after minutes of pre-training.
-TORCH_CUDA=""                           # (need_python: 1 if torch sees a CUDA GPU, 0 if not, then its version)
+TORCH_CUDA="" PY_VERSIONS=""            # (need_python: 1 if torch sees a CUDA GPU, 0 if not, then its version)
 need_python() {
-  TORCH_CUDA=$($PY -c "import torch, numpy, tiktoken; print(int(torch.cuda.is_available()), torch.__version__)" 2>/dev/null | tail -n 1) \
+  local info
+  info=$($PY -c "import sys, torch, numpy, tiktoken
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda, '| GPU', gpu)
+print('numpy', numpy.__version__, '| tiktoken', tiktoken.__version__)
+print(int(torch.cuda.is_available()), torch.__version__)" 2>/dev/null) \
     || die "$PY cannot import torch, numpy and tiktoken: install the requirements (README), or set PY=the python that has them"
+  TORCH_CUDA=$(tail -n 1 <<< "$info") PY_VERSIONS=$(head -n 2 <<< "$info")
+}
+# DEVICE names a device (no python needed), then torch sees it (need_python first)
+known_device() {
+  case $DEVICE in cpu|cuda) ;; *) die "DEVICE=$DEVICE: use cuda (the default) or cpu" ;; esac
 }
 need_device() {
-  case $DEVICE in
-    cpu) ;;
-    cuda) [ "${TORCH_CUDA%% *}" = 1 ] \
-      || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch ${TORCH_CUDA#* }): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run" ;;
-    *) die "DEVICE=$DEVICE: use cuda (the default) or cpu" ;;
-  esac
+  [ "$DEVICE" = cpu ] || [ "${TORCH_CUDA%% *}" = 1 ] \
+    || die "DEVICE=cuda, but $PY's torch sees no CUDA GPU (torch ${TORCH_CUDA#* }): install a CUDA build of PyTorch, or DEVICE=cpu SIZE=tiny for a smoke run"
 }
 prepared() { [ -f "$WORK/data/corpus/meta.json" ]; }
 preflight() {
@@ -457,8 +462,8 @@ preflight() {
     wait) [[ $WAIT_S =~ ^[0-9]+$ ]] && [ "$((10#$WAIT_S))" -gt 0 ] \
            || die "wait $WAIT_S: give the seconds as a positive whole number, e.g. wait 500 (the default)" ;;
   esac
-  case $1 in all|check|prepare|bench|start|finetune) need_python ;; esac
-  case $1 in all|check|bench|start|finetune) need_device ;; esac
+  # what needs no python first (a setting, a folder), then the python and the GPU
+  case $1 in all|check|bench|start|finetune) known_device ;; esac
   case $1 in
     all) prepared || need_shards; check_glue ;;
     prepare) need_shards ;;
@@ -466,6 +471,8 @@ preflight() {
     # a finetune with no checkpoint and no run going pre-trains first
     finetune) check_glue; running || [ -f "$RUN/ckpt.pt" ] || prepared || need_shards ;;
   esac
+  case $1 in all|check|prepare|bench|start|finetune) need_python ;; esac
+  case $1 in all|check|bench|start|finetune) need_device ;; esac
 }
 
 stage_all() {
