@@ -126,6 +126,8 @@ def test_the_math_notation_becomes_mathml():
     assert '<mtext>\u00a0first\u00a0moment\u00a0</mtext>' in m('"first moment"')  # never wraps
     assert '<mrow><mi>x</mi><mo lspace="0" rspace="0">′</mo></mrow>' in m("e(x')") \
         and "<msup>" not in m("e(x')")
+    assert '<msub><mover accent="true"><mi>x</mi><mo>ˆ</mo></mover><mi>i</mi></msub>' \
+        in m("x̂_i")                                   # italic x under its hat, not upright x̂
     assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
@@ -198,6 +200,7 @@ class Page(HTMLParser):
 def words(text):
     """The words of a text, equations read as their symbols ($x^masked_t$: x masked t)."""
     text = re.sub(r"\$+([^$]*)\$+", lambda m: re.sub(r"[_^{}]", " ", m.group(1)), text)
+    text = re.sub("[\u0300-\u036f\u02c6\u02dc\u00af\u02d9]", " ", text)   # x̂: x and its hat
     return " ".join(re.findall(r"\w+", text))
 
 
