@@ -158,7 +158,7 @@ class PretrainingData:
 
     def next_batch(self):
         """The next batch, int64 (B, seq_len): x, segment_ids (1 on B and its closing [SEP]) and pad_mask
-        (True on the non-padding tokens: padding stays out of attention, masking and L_Disc)."""
+        (True on the non-padding tokens: padding stays out of attention, masking and $L_Disc$)."""
         if self._order_epoch != self.epoch:
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch

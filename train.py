@@ -4,12 +4,12 @@ One function, `train`, in the order things happen: data, model, optimizer, then 
 batch with its masks (the mask step), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint.
 BERT, ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
-What to watch: L_MLM falls from the start, but D first answers "real" almost everywhere: it
-catches few replaced tokens, and L_Disc soon sits at $H(r)$, the entropy of the share r of
+What to watch: $L_MLM$ falls from the start, but D first answers "real" almost everywhere: it
+catches few replaced tokens, and $L_Disc$ soon sits at $H(r)$, the entropy of the share r of
 replaced tokens (what answering r everywhere scores). This project calls that phase "the
-plateau" (its name, not the paper's; docs/plateau.md). L_Disc may fall well below $H(r)$ while
+plateau" (its name, not the paper's; docs/plateau.md). $L_Disc$ may fall well below $H(r)$ while
 recall stays low: D ranks replaced tokens higher before it is sure enough to say "replaced".
-One line says when D leaves the plateau: recall of 10 % or more and L_Disc under $0.9 H(r)$
+One line says when D leaves the plateau: recall of 10 % or more and $L_Disc$ under $0.9 H(r)$
 (machinery/progress.py).
 """
 import json

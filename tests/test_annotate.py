@@ -140,7 +140,7 @@ def test_the_equation_rule_can_fail():
     """What the pages are checked for: the rule flags raw LaTeX and ASCII equations."""
     for raw in ["L_{MLM}", "\\lambda", "$x$", "λ = 50", "k = round(0.15 n)", "x ~ p_G",
                 "a != b", "m <- g", "a ≤ b", "2*m*n", "sum_{i in m}", "E[ x ]", "e(x)^T h",
-                "0.9 H(r) = 0.325"]:
+                "0.9 H(r) = 0.325", "L_Disc falls", "(L_MLM, objectives.py)"]:
         assert ASCII_EQUATION.search(raw), raw
     for prose in ["x_masked and x_corrupt", "lr 5e-4, batch 128", "1.29e18 FLOPs", "(B, T)",
                   "--max_steps 3000", "85 / 0 / 15 %", "max_len tokens", "dense, GELU"]:
@@ -205,9 +205,11 @@ def words(text):
 
 
 # An equation left untypeset: raw LaTeX or math markers, a sub- or superscript group, a limit,
-# an expectation, an operator between terms (=, ~, ←, ≠, ≤, ≥ and their ASCII spellings), 2*m*n.
+# an expectation, an operator between terms (=, ~, ←, ≠, ≤, ≥ and their ASCII spellings), 2*m*n,
+# the paper's two losses written as names (L_MLM, L_Disc: the notes typeset them).
 ASCII_EQUATION = re.compile(
-    r"\$|\\[A-Za-z]|\w_\{|\^\{|\^T\b|\w\^\w|\b(?:sum|min|max|argmax)_(?:\{|\w\b)|\bsum[{(]"
+    r"\bL_(?:MLM|Disc)\b"
+    r"|\$|\\[A-Za-z]|\w_\{|\^\{|\^T\b|\w\^\w|\b(?:sum|min|max|argmax)_(?:\{|\w\b)|\bsum[{(]"
     r"|\bE\[|\s~\s|<-|!=|<=|>=|[≠≤≥←∼]|[\w)]\s?=\s?[\w(−-]|\d\s?\*\s?[a-z]")
 
 
