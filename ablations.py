@@ -27,7 +27,8 @@ from objectives import BERT, ELECTRA, corrupt, disc_loss, masked_accuracy, mlm_l
 
 
 class ConfigError(ValueError):
-    """A combination of ablation flags that does not make sense; the command line prints it."""
+    """Engineering: a combination of ablation flags that does not make sense; the command line
+    prints it."""
 
 
 # ----------------------------------------------------------------------------- §3.5
@@ -82,8 +83,8 @@ class CopyMLM(Generator):
 
 
 def copy_log_probs(logits, copy_logit, x_in):
-    """The copy mechanism's full log-distribution over the vocabulary, (B, T, V), for the tests
-    (it must sum to one); the loss below needs only the target's entry."""
+    """Engineering: the copy mechanism's full log-distribution over the vocabulary, (B, T, V),
+    for the tests (it must sum to one); the loss below needs only the target's entry."""
     log_mlm = F.log_softmax(logits.float(), -1) + F.logsigmoid(-copy_logit.float())[..., None]
     log_copy = F.one_hot(x_in, logits.shape[-1]).float().log() + \
         F.logsigmoid(copy_logit.float())[..., None]

@@ -16,8 +16,10 @@ from data import FORMAT, DataError, load_meta
 
 
 def load_split(data_dir, split, meta):
-    """A split's token stream (uint16 memmap) and sentence lengths, checked against each other
-    and the vocabulary: a damaged folder fails here, in one clear line."""
+    """A split's token stream and sentence lengths.
+
+    Engineering: a uint16 memmap, checked against the lengths and the vocabulary: a damaged
+    folder fails here, in one clear line."""
     bin_path, len_path = Path(data_dir) / f"{split}.bin", Path(data_dir) / f"{split}.sent.bin"
     redo = "prepare it again with `python data.py --corpus FILES --name NAME`"
     if meta.get("format") != FORMAT:
@@ -151,7 +153,7 @@ class PretrainingData:
         """A torch RNG seeded by the data position: a resumed run draws exactly the masks it
         would have."""
         g = torch.Generator()
-        # (modulo $2^64$, the seeds torch accepts)
+        # Engineering: modulo $2^64$, the seeds torch accepts.
         g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
                        + self.rank) % 2 ** 64)
         return g
@@ -185,7 +187,8 @@ class PretrainingData:
         in_a = (j >= 1) & (j <= a)
         in_b = (j >= 2 + a) & (j < 2 + a + b)
         src = np.where(in_a, a0 - 1, b0 - 2 - a) + j                  # stream index per column
-        # (outside A and B src points anywhere: clipped into the stream, then replaced by [PAD])
+        # Engineering: outside A and B src points anywhere: clipped into the stream, then
+        # replaced by [PAD].
         tokens = self._stream.take(src.clip(0, len(self._stream) - 1))
         x = np.where(in_a | in_b, tokens, self.pad).astype(np.int64)
         x[:, 0] = self.cls
