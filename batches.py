@@ -176,10 +176,11 @@ class PretrainingData:
 
     def assemble(self, rows):
         """Examples -> x = [CLS] A [SEP] B [SEP] [PAD]... and segment_ids, (rows, seq_len)
-        int64. Column j holds A's token $j − 1$ for $1 ≤ j ≤ a$ and B's token $j − 2 − a$ for
-        $2 + a ≤ j < 2 + a + b$: one gather fills both segments.
+        int64.
 
-        Engineering: whole-array numpy, no loop over rows: on a GPU the batch thread
+        Engineering: column j holds A's token $j − 1$ for $1 ≤ j ≤ a$ and B's token
+        $j − 2 − a$ for $2 + a ≤ j < 2 + a + b$: one gather fills both segments, whole-array
+        numpy, no loop over rows: on a GPU the batch thread
         (`Prefetcher`) runs this beside the one that launches the step, and a Python loop
         would hold the GIL for a fifth of every step."""
         a0, a, b0, b = (rows[:, i:i + 1] for i in range(4))           # (rows, 1) each
@@ -200,14 +201,15 @@ class PretrainingData:
         return x, seg
 
 
-# Past this many passes over the same examples a run mostly learns them by heart.
+# Engineering: past this many passes over the same examples a run mostly learns them by
+# heart.
 MAX_PASSES = 4
 MORE_TEXT = "python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki"
 
 
 def repetition_warning(steps, data):
-    """One line when `steps` steps of `data` would go through its examples more than
-    MAX_PASSES times, naming the command that prepares more text; None otherwise."""
+    """Engineering: one line when `steps` steps of `data` would go through its examples more
+    than MAX_PASSES times, naming the command that prepares more text; None otherwise."""
     passes = steps * data.batch_size / data.n_seqs
     if passes <= MAX_PASSES:
         return None

@@ -189,7 +189,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
-    # A budget that repeats a small corpus too often learns it by heart: one line says so.
+    # Engineering: a budget that repeats a small corpus too often learns it by heart; one
+    # line says so.
     repeats = repetition_warning(args.max_steps or args.flops / flops_per_step, data) \
         if not args.hours else None
     if repeats:
