@@ -35,16 +35,18 @@ FIGURES = {
         "in 21 of the validation text's 103 short prose sentences (each at seed 0), and this one "
         "was picked among those for its two whole-word replacements; over all 103, replaced "
         "tokens average 0.43 and original ones 0.09 (docs/annotated.md). G, still weak, guesses "
-        "frequent tokens. Drawn by `python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt "
-        "\"Return the product of array elements over a given axis.\" --mask draw --seed 0`.",
+        "frequent tokens. Drawn by `python analysis/inspect_discriminator.py figure2 --ckpt "
+        "out/ckpt.pt \"Return the product of array elements over a given axis.\" --mask draw "
+        "--seed 0`.",
         "Figure 2 with real tensors")],
     "objectives.py": [Figure(
         "docs/one_step.json",
         "One real step, the one Figure 2 on the index draws (its caption says how the sentence "
         "was picked), from the quick start's checkpoint (the run on the train.py page): m, the "
         "seeded draw of a training step, holds 2 of the 11 tokens; D gives the two replaced "
-        "tokens 0.77 and 0.91, every original one 0.40 or less. Written by `python teaching/one_step.py --ckpt out/ckpt.pt` (the sentence "
-        "and seed 0 are its defaults; command, checkpoint and date in docs/one_step.json).",
+        "tokens 0.77 and 0.91, every original one 0.40 or less. Written, with its command and "
+        "date, by `python teaching/one_step.py --ckpt out/ckpt.pt` (sentence and seed: its "
+        "defaults).",
         "one step as a table")],
     "train.py": [Figure(
         "docs/plateau_run.png",
