@@ -2,12 +2,12 @@
 
 | flag | class | what changes |
 |---|---|---|
-| `--objective electra15` | `ELECTRA15` | L_Disc on masked positions only (§3.5) |
+| `--objective electra15` | `ELECTRA15` | $L_Disc$ on masked positions only (§3.5) |
 | `--objective replace_mlm` | `ReplaceMLM` | MLM on G's samples, not [MASK] (§3.5) |
 | `--objective all_tokens_mlm` | `AllTokensMLM` | MLM on every token, copy gate (§3.5) |
 | `--gen_size S` | (config) | G's width, a fraction of D's (§3.2) |
 | `--generator unigram` | `UnigramELECTRA` | x̂ by token frequency (§3.2) |
-| `--generator adversarial` | `AdversarialELECTRA` | G maximises L_Disc (Appendix F) |
+| `--generator adversarial` | `AdversarialELECTRA` | G maximises $L_Disc$ (Appendix F) |
 | `--generator gumbel` | `GumbelELECTRA` | not the paper's: suggested in one of its peer reviews (docs/reviewers-questions.md) |
 | `--two_stage` | `TwoStageELECTRA` | G, then D from G's weights (§3.2) |
 
@@ -27,13 +27,14 @@ from objectives import BERT, ELECTRA, corrupt, disc_loss, masked_accuracy, mlm_l
 
 
 class ConfigError(ValueError):
-    """A combination of ablation flags that does not make sense; the command line prints it."""
+    """Engineering: a combination of ablation flags that does not make sense; the command line
+    prints it."""
 
 
 # ----------------------------------------------------------------------------- §3.5
 
 class ELECTRA15(ELECTRA):
-    """"ELECTRA 15%": ELECTRA with L_Disc summed over $i ∈ m$, not $t = 1, …, n$ (§3.5). The
+    """"ELECTRA 15%": ELECTRA with $L_Disc$ summed over $i ∈ m$, not $t = 1, …, n$ (§3.5). The
     paper's point: this loses most of ELECTRA's gain (Table 5: 82.4 against 85.0)."""
 
     def discriminate(self, x, x_corrupt, is_replaced, masked, scored, pad_mask=None,
@@ -82,8 +83,8 @@ class CopyMLM(Generator):
 
 
 def copy_log_probs(logits, copy_logit, x_in):
-    """The copy mechanism's full log-distribution over the vocabulary, (B, T, V), for the tests
-    (it must sum to one); the loss below needs only the target's entry."""
+    """Engineering: the copy mechanism's full log-distribution over the vocabulary, (B, T, V),
+    for the tests (it must sum to one); the loss below needs only the target's entry."""
     log_mlm = F.log_softmax(logits.float(), -1) + F.logsigmoid(-copy_logit.float())[..., None]
     log_copy = F.one_hot(x_in, logits.shape[-1]).float().log() + \
         F.logsigmoid(copy_logit.float())[..., None]
@@ -92,7 +93,7 @@ def copy_log_probs(logits, copy_logit, x_in):
 
 class AllTokensMLM(ReplaceMLM):
     """"All-Tokens MLM" (§3.5): Replace MLM predicting the original token $x_t$ at *every*
-    position of x_corrupt, through the
+    position of $x^corrupt$, through the
     copy mechanism, which the paper says "improved results" (its remark that a model would
     "trivially learn to ... copy the input" is about inputs without G's samples). Table 5: it
     closes most of the BERT-ELECTRA gap."""
@@ -138,9 +139,9 @@ class UnigramELECTRA(ELECTRA):
 
 
 class AdversarialELECTRA(ELECTRA):
-    """Appendix F: G maximises L_Disc by REINFORCE (sampling has no gradient). A sample's
+    """Appendix F: G maximises $L_Disc$ by REINFORCE (sampling has no gradient). A sample's
     reward is D's loss on it, $R = −log D$ if $x̂_t = x_t$, else $−log(1 − D)$, against the
-    learned baseline $b = −log sigmoid(w^T h_G(x^masked)_t)$. L_MLM, without gradient, tracks
+    learned baseline $b = −log sigmoid(w^T h_G(x^masked)_t)$. $L_MLM$, without gradient, tracks
     G's accuracy (the paper: 58 % against 65 % by maximum likelihood)."""
 
     def make_generator(self, cfg, embeddings):
@@ -268,8 +269,8 @@ class GumbelELECTRA(ELECTRA):
 # ----------------------------------------------------------------------------- §3.2 two-stage
 
 class TwoStageELECTRA(ELECTRA):
-    """§3.2 two-stage training: G alone on L_MLM, then D, initialised from G's weights, on
-    L_Disc with G frozen (so --gen_size 1); each stage gets half the budget and its own
+    """§3.2 two-stage training: G alone on $L_MLM$, then D, initialised from G's weights, on
+    $L_Disc$ with G frozen (so --gen_size 1); each stage gets half the budget and its own
     schedule. The paper says that without the initialisation D "would sometimes fail to learn
     at all beyond the majority class"."""
 

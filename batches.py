@@ -16,8 +16,10 @@ from data import FORMAT, DataError, load_meta
 
 
 def load_split(data_dir, split, meta):
-    """A split's token stream (uint16 memmap) and sentence lengths, checked against each other
-    and the vocabulary: a damaged folder fails here, in one clear line."""
+    """A split's token stream and sentence lengths.
+
+    Engineering: a uint16 memmap, checked against the lengths and the vocabulary: a damaged
+    folder fails here, in one clear line."""
     bin_path, len_path = Path(data_dir) / f"{split}.bin", Path(data_dir) / f"{split}.sent.bin"
     redo = "prepare it again with `python data.py --corpus FILES --name NAME`"
     if meta.get("format") != FORMAT:
@@ -151,14 +153,14 @@ class PretrainingData:
         """A torch RNG seeded by the data position: a resumed run draws exactly the masks it
         would have."""
         g = torch.Generator()
-        # (modulo $2^64$, the seeds torch accepts)
+        # Engineering: modulo $2^64$, the seeds torch accepts.
         g.manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch) * 1009
                        + self.rank) % 2 ** 64)
         return g
 
     def next_batch(self):
         """The next batch, int64 (B, seq_len): x, segment_ids (1 on B and its closing [SEP]) and pad_mask
-        (True on the non-padding tokens: padding stays out of attention, masking and L_Disc)."""
+        (True on the non-padding tokens: padding stays out of attention, masking and $L_Disc$)."""
         if self._order_epoch != self.epoch:
             rng = np.random.default_rng([self.seed, self.epoch])
             self._order, self._order_epoch = rng.permutation(self.n_seqs), self.epoch
@@ -174,10 +176,11 @@ class PretrainingData:
 
     def assemble(self, rows):
         """Examples -> x = [CLS] A [SEP] B [SEP] [PAD]... and segment_ids, (rows, seq_len)
-        int64. Column j holds A's token $j − 1$ for $1 ≤ j ≤ a$ and B's token $j − 2 − a$ for
-        $2 + a ≤ j < 2 + a + b$: one gather fills both segments.
+        int64.
 
-        Engineering: whole-array numpy, no loop over rows: on a GPU the batch thread
+        Engineering: column j holds A's token $j − 1$ for $1 ≤ j ≤ a$ and B's token
+        $j − 2 − a$ for $2 + a ≤ j < 2 + a + b$: one gather fills both segments, whole-array
+        numpy, no loop over rows: on a GPU the batch thread
         (`Prefetcher`) runs this beside the one that launches the step, and a Python loop
         would hold the GIL for a fifth of every step."""
         a0, a, b0, b = (rows[:, i:i + 1] for i in range(4))           # (rows, 1) each
@@ -185,7 +188,8 @@ class PretrainingData:
         in_a = (j >= 1) & (j <= a)
         in_b = (j >= 2 + a) & (j < 2 + a + b)
         src = np.where(in_a, a0 - 1, b0 - 2 - a) + j                  # stream index per column
-        # (outside A and B src points anywhere: clipped into the stream, then replaced by [PAD])
+        # Engineering: outside A and B src points anywhere: clipped into the stream, then
+        # replaced by [PAD].
         tokens = self._stream.take(src.clip(0, len(self._stream) - 1))
         x = np.where(in_a | in_b, tokens, self.pad).astype(np.int64)
         x[:, 0] = self.cls
@@ -197,14 +201,15 @@ class PretrainingData:
         return x, seg
 
 
-# Past this many passes over the same examples a run mostly learns them by heart.
+# Engineering: past this many passes over the same examples a run mostly learns them by
+# heart.
 MAX_PASSES = 4
 MORE_TEXT = "python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki"
 
 
 def repetition_warning(steps, data):
-    """One line when `steps` steps of `data` would go through its examples more than
-    MAX_PASSES times, naming the command that prepares more text; None otherwise."""
+    """Engineering: one line when `steps` steps of `data` would go through its examples more
+    than MAX_PASSES times, naming the command that prepares more text; None otherwise."""
     passes = steps * data.batch_size / data.n_seqs
     if passes <= MAX_PASSES:
         return None

@@ -72,10 +72,12 @@ class Config:
         return cls(**d)
 
 
-# This project's other shapes, same code paths, none of them the paper's. "mini": half the
-# width, a third of the depth, batch 32: per step about 8x less compute by the paper's count
+# This project's other shapes, same code paths, none of them the paper's: "mini" (half the
+# width, a third of the depth, batch 32) and "tiny", for tests.
+#
+# Engineering: per step "mini" costs about 8x less compute than "small" by the paper's count
 # (Appendix E, flops.py), about 29x less without its dense embedding lookups (both with the
-# 30,522-token vocabulary). "tiny": for tests.
+# 30,522-token vocabulary).
 SIZES = {"small": {},
          # "laptop": this project's recipe for watching D learn on 2 CPU cores
          # (docs/plateau.md), each choice measured (docs/results.md). D one block of 128 (4

@@ -36,7 +36,7 @@ from machinery.tokenize_corpus import (Progress, default_workers, document_chunk
                              tokenized_chunks)
 from machinery.tokenizer import Tokenizer, train_bpe
 
-# Prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them.
+# Engineering: prepared corpora live in data/ beside the code; ELECTRA_DATA_ROOT moves them.
 DATA_ROOT = Path(os.environ.get("ELECTRA_DATA_ROOT", Path(__file__).resolve().parent / "data"))
 DEMO_NAME = "demo"
 TEXT_SUFFIXES = (".txt", ".txt.xz", ".txt.gz", ".jsonl")
@@ -143,8 +143,8 @@ def read_documents(path, raw=None):
 
 
 def corpus_documents(files):
-    """The documents of all files in order, and a function giving the fraction of their bytes
-    read so far (for the ETA)."""
+    """Engineering: the documents of all files in order, and a function giving the fraction of
+    their bytes read so far (for the ETA)."""
     sizes, state = [f.stat().st_size for f in files], {"done": 0, "raw": None}
 
     def documents():
@@ -176,7 +176,8 @@ def demo_documents(max_mb=20):
     roots = dict.fromkeys(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
-            # site-packages is walked as its own root; tests are code more than prose
+            # Engineering: site-packages is walked as its own root; tests are code more than
+            # prose.
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
             for name in sorted(filenames):
                 if not name.endswith(".py"):

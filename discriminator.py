@@ -1,11 +1,11 @@
 """The discriminator D: the ELECTRA model we keep (paper §2, Figure 2).
 
-For every position t of x_corrupt, D says whether the token is the original ("real") or a
+For every position t of $x^corrupt$, D says whether the token is the original ("real") or a
 sample of G ("replaced"). The paper says (§2):
 
 $$ D(x, t) = sigmoid(w^T h_D(x)_t) $$
 
-the probability that $x_t$ is real, trained on L_Disc over *all* n tokens, not only the 15 %
+the probability that $x_t$ is real, trained on $L_Disc$ over *all* n tokens, not only the 15 %
 that were masked: the paper's point (§3.5). The official code (run_pretraining.py,
 `_get_discriminator_output`) puts a dense layer with GELU before w, and its logit scores
 "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the same classifier with w's sign flipped. This

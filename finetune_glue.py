@@ -73,7 +73,9 @@ class Classifier(nn.Module):
 
 def load_pretrained(path):
     """The encoder part of a pre-training checkpoint: (weights, shapes, tokenizer, info).
-    A folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt): interop/hf_import.py."""
+
+    Engineering: a folder is a Hugging Face ELECTRA (config.json, weights, vocab.txt):
+    interop/hf_import.py."""
     if Path(path).is_dir():
         from interop.hf_import import load_hf_electra
         return load_hf_electra(path)
@@ -177,7 +179,7 @@ def collate(inputs, idx, pad_id, device):
 
 @torch.inference_mode()
 def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128):
-    """Dev-set predictions, in input order, from batches sorted by length."""
+    """Engineering: dev-set predictions, in input order, from batches sorted by length."""
     model.eval()
     order = np.argsort([len(x) for x, _ in inputs], kind="stable")
     out = np.empty(len(inputs), dtype=np.float32)
@@ -342,8 +344,8 @@ def run(args):
     pre = load_pretrained(args.ckpt)
     path = Path(args.out) if args.out else \
         Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
-    # Fail now, not after hours of fine-tuning, and create nothing: the nearest existing
-    # folder above the results must be writable.
+    # Engineering: fail now, not after hours of fine-tuning, and create nothing: the nearest
+    # existing folder above the results must be writable.
     above = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not (above.is_dir() and os.access(above, os.W_OK)):
         raise GlueError(f"{path.parent}: cannot write the results there")
@@ -387,7 +389,7 @@ def run(args):
 
 
 def write_json_atomic(path, obj):
-    """Temp file + rename: a reader never sees half a results file."""
+    """Engineering: temp file + rename, so a reader never sees half a results file."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))

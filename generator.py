@@ -5,11 +5,12 @@ The paper says (§2): at each masked position t, G's softmax over the token embe
 $$ p_G(x_t | x) = exp(e(x_t)^T h_G(x)_t) /
    "    " sum_{x'} exp(e(x')^T h_G(x)_t) $$
 
-and G learns by maximum likelihood (L_MLM, objectives.py), not to fool D. For ELECTRA-Small G
-has D's depth and a quarter of its width (Table 6's "Generator Size" 1/4 of hidden size, FFN
-size and heads: 64, 256, one head); §3.2 found generators 1/4 to 1/2 of D's size best,
-speculating that "too strong of a generator may pose a too-challenging task for the
-discriminator". The same class at D's size is the BERT-Small baseline (§3.3): BERT *is* a
+and G learns by maximum likelihood ($L_MLM$, objectives.py), not to fool D. For ELECTRA-Small G
+has a quarter of D's width (Table 6's "Generator Size" 1/4 of hidden size, FFN size and heads:
+64, 256, one head) and D's depth (§3.2 shrinks "the layer sizes"; the official
+configure_pretraining.py: `generator_layers` 1.0); §3.2 found generators 1/4 to 1/2 of D's
+size best, speculating that "too strong of a generator may pose a too-challenging task for
+the discriminator". The same class at D's size is the BERT-Small baseline (§3.3): BERT *is* a
 masked LM.
 """
 import torch
@@ -45,7 +46,7 @@ class Generator(nn.Module):
         return torch.gather(h, 1, masked_positions[..., None].expand(-1, -1, h.shape[-1]))
 
     def loss_and_sample(self, masked, pad_mask=None, segment_ids=None, sample=True):
-        """Engineering: L_MLM, $x̂ ∼ p_G$ and G's argmax hits from one pass over $p_G$
+        """Engineering: $L_MLM$, $x̂ ∼ p_G$ and G's argmax hits from one pass over $p_G$
         (machinery/mlm_output.py): the numbers of forward(), `objectives.mlm_loss` and
         `objectives.sample`, faster. What training runs by default."""
         h_m = self.masked_hidden(masked.x_masked, masked.positions, pad_mask, segment_ids)

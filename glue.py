@@ -19,7 +19,8 @@ import numpy as np
 
 
 class GlueError(Exception):
-    """Bad GLUE input the user can fix: the command line prints one line and exits 1."""
+    """Engineering: bad GLUE input the user can fix; the command line prints one line and
+    exits 1."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,12 @@ TASKS = {   # in the order of the paper's tables
 # ----------------------------------------------------------------------------- reading
 
 def read_tsv(path, n_columns, header=None, label_col=-1):
-    """Rows of a GLUE .tsv as (1-based line number, list of fields): split on tabs with *no*
-    quote handling (an RTE sentence starts with a quote, which a CSV reader would take for a quoted
-    field); 'utf-8-sig' drops MRPC's byte-order mark. `header`, the expected
-    name of the label column (None: no header, like CoLA), catches a file of another task."""
+    """Rows of a GLUE .tsv as (1-based line number, list of fields).
+
+    Engineering: split on tabs with *no* quote handling (an RTE sentence starts with a quote,
+    which a CSV reader would take for a quoted field); 'utf-8-sig' drops MRPC's byte-order
+    mark. `header`, the expected name of the label column (None: no header, like CoLA),
+    catches a file of another task."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -262,7 +265,7 @@ def summarize(runs, metric):
 
 
 def print_table(results):
-    """task | each metric as median ×100 [min, max] over the seeds."""
+    """Engineering: task | each metric as median ×100 [min, max] over the seeds."""
     print(f"\n{'task':6} | {'n':>2} | metrics (median ×100 [min, max] over seeds)")
     for name, r in results.items():
         cells = [f"{k} {100 * v:.1f} [{100 * r['spread'][k][0]:.1f}, "

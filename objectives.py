@@ -19,7 +19,7 @@ with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flo
 sample x̂. Below, in that order, under three headings: 1. mask (the first display's first two
 rows: `mask_tokens`), 2. sample and corrupt (its last two: `sample`, `corrupt`), 3. the losses
 (`mlm_loss`, `disc_loss`, and `ELECTRA`, which adds them); then `BERT` (§3.3), the baseline:
-the mask step and L_MLM only.
+the mask step and $L_MLM$ only.
 """
 from typing import NamedTuple
 
@@ -83,7 +83,7 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
     positions). This code's contract: n counts the content tokens, never `special_ids`;
     $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most n and n_slots;
-    a uniformly random k-subset in the first k slots; x_masked differs from x at used
+    a uniformly random k-subset in the first k slots; $x^masked$ differs from x at used
     positions only; targets is x at every slot's position.
 
     A chosen position shows [MASK] (share `replace_prob`), a random id below n_random
@@ -125,7 +125,7 @@ def sample(logits, generator: torch.Generator = None):
     as the official code (configure_pretraining.py; Appendix H: a higher one did not help).
 
     No gradient goes back through it (§2): the logits are detached. By default training draws
-    from the same $p_G$ in machinery/mlm_output.py, fused with L_MLM for speed (`--plain_mlm`
+    from the same $p_G$ in machinery/mlm_output.py, fused with $L_MLM$ for speed (`--plain_mlm`
     runs this function).
 
     Engineering: the contract: logits (..., V) -> int64 ids (...), one exact sample per row,
@@ -151,7 +151,7 @@ def corrupt(x, masked: Masked, x_hat):
     Every used slot takes G's sample (also where G saw the token unmasked, as the official
     code: run_pretraining.py, `_get_fake_data`); unused slots change nothing (`Masked`). The
     paper says (§2): "if the generator happens to generate the correct token, that token is
-    considered 'real'", so the labels compare x_corrupt with x."""
+    considered 'real'", so the labels compare $x^corrupt$ with x."""
     # BEGIN ASSIGNMENT corrupt
     # Why not ask "was this position in m": G is often right, and
     # labelling those tokens "replaced" would teach D to flag perfectly good text.
@@ -168,7 +168,7 @@ def corrupt(x, masked: Masked, x_hat):
 # ============================================================================ 3. the losses
 
 def mlm_loss(logits, targets, weights):
-    """L_MLM: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
+    """$L_MLM$: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
     sum; the official code averages: run_pretraining.py, `get_softmax_output`), in float32,
     accurate for logits as large as ±100. logits (B, K, V) at the masked positions, targets
     (B, K), weights (B, K). By default training computes the same number fused with
@@ -180,7 +180,7 @@ def mlm_loss(logits, targets, weights):
 
 
 def disc_loss(logits, is_replaced, mask=None):
-    """L_Disc: the binary cross-entropy of D's logits against is_replaced, averaged over the
+    """$L_Disc$: the binary cross-entropy of D's logits against is_replaced, averaged over the
     tokens in `mask` (all but padding, as run_pretraining.py), in float32, accurate for logits as
     large as ±100 (in float32, sigmoid(17) is already 1). D's logit scores "replaced":
     $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one cross-entropy."""
@@ -247,19 +247,19 @@ class ELECTRA(Pretraining):
         log; pad_mask is True on the non-padding tokens."""
         inp = dict(pad_mask=pad_mask, segment_ids=segment_ids)
         # BEGIN ASSIGNMENT joint_loss
-        # G reads x_masked: L_MLM, and its samples x̂.
+        # G reads $x^masked$: $L_MLM$, and its samples $x̂$.
         loss_mlm, x_hat, stats = self.generate(masked, **inp)
-        # x_corrupt is discrete and built without gradient: nothing of L_Disc reaches G through
+        # $x^corrupt$ is discrete and built without gradient: nothing of $L_Disc$ reaches G through
         # the sample (§2); only the shared embeddings get both losses.
         with torch.no_grad():
             x_corrupt, is_replaced = corrupt(x, masked, x_hat)
-        # D labels every non-padding token of x_corrupt, not only the 15 % in m: L_Disc sums
+        # D labels every non-padding token of $x^corrupt$, not only the 15 % in m: $L_Disc$ sums
         # over $t = 1, …, n$ (§2), and §3.5 measures what that is worth.
         scored = real_tokens(x, pad_mask)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
                                                   **inp)
-        # $λ = 50$: the paper picked it among 1, 10, 20, 50 and 100 (Appendix A), L_Disc being
-        # "typically much lower" than L_MLM (footnote 8). For weights only one loss reaches (D's
+        # $λ = 50$: the paper picked it among 1, 10, 20, 50 and 100 (Appendix A), $L_Disc$ being
+        # "typically much lower" than $L_MLM$ (footnote 8). For weights only one loss reaches (D's
         # own, G's own), Adam's update is unchanged (up to ε) when that loss is scaled, so
         # $λ = 50$ does not make D learn 50 times faster; what λ changes is the mix of the two
         # gradients in the shared embeddings, and how often the clip at norm 1 (train.py)
@@ -269,7 +269,7 @@ class ELECTRA(Pretraining):
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
 
     def generate(self, masked: Masked, pad_mask=None, segment_ids=None):
-        """G's half of the step: L_MLM, the samples x̂ and G's accuracy. Training runs the
+        """G's half of the step: $L_MLM$, the samples $x̂$ and G's accuracy. Training runs the
         fused branch by default (config `fused_mlm`); the plain lines below, with `sample` and
         `mlm_loss`, define it."""
         if self.fused_mlm:
@@ -284,7 +284,7 @@ class ELECTRA(Pretraining):
 
     def discriminate(self, x, x_corrupt, is_replaced, masked: Masked, scored, pad_mask=None,
                      segment_ids=None):
-        """D's half of the step: L_Disc over the tokens in `scored` (B, T), statistics over
+        """D's half of the step: $L_Disc$ over the tokens in `scored` (B, T), statistics over
         every non-padding token, and D's logits."""
         logits = self.discriminator(x_corrupt, pad_mask, segment_ids)
         real = real_tokens(x, pad_mask)
@@ -304,7 +304,7 @@ class ELECTRA(Pretraining):
 
 class BERT(Pretraining):
     """BERT-Small (§3.3): D's shape and "the same hyperparameters", trained on the mask step
-    and L_MLM alone (the generator class at D's size; 80 / 10 / 10 % masking). Fine-tuning
+    and $L_MLM$ alone (the generator class at D's size; 80 / 10 / 10 % masking). Fine-tuning
     keeps `mlm.embeddings` and `mlm.encoder`."""
 
     masking = dict(replace_prob=0.8, random_prob=0.1)

@@ -4,12 +4,12 @@ One function, `train`, in the order things happen: data, model, optimizer, then 
 batch with its masks (the mask step), one step of $L_MLM + λ L_Disc$, a log line, a checkpoint.
 BERT, ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
-What to watch: L_MLM falls from the start, but D first answers "real" almost everywhere: it
-catches few replaced tokens, and L_Disc soon sits at $H(r)$, the entropy of the share r of
+What to watch: $L_MLM$ falls from the start, but D first answers "real" almost everywhere: it
+catches few replaced tokens, and $L_Disc$ soon sits at $H(r)$, the entropy of the share r of
 replaced tokens (what answering r everywhere scores). This project calls that phase "the
-plateau" (its name, not the paper's; docs/plateau.md). L_Disc may fall well below $H(r)$ while
+plateau" (its name, not the paper's; docs/plateau.md). $L_Disc$ may fall well below $H(r)$ while
 recall stays low: D ranks replaced tokens higher before it is sure enough to say "replaced".
-One line says when D leaves the plateau: recall of 10 % or more and L_Disc under $0.9 H(r)$
+One line says when D leaves the plateau: recall of 10 % or more and $L_Disc$ under $0.9 H(r)$
 (machinery/progress.py).
 """
 import json
@@ -81,7 +81,7 @@ def update(model, opt, batch, grad_clip, autocast):
     # not mention it. With $λ = 50$, D's gradients decide when it engages.
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
-    # detached: the logged losses keep no graph alive
+    # Engineering: detached, the logged losses keep no graph alive.
     return {k: v.detach() if torch.is_tensor(v) else v for k, v in stats.items()}
 
 
@@ -99,7 +99,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # -- model and optimizer ---------------------------------------------------------------------
     raw_model = build_model(cfg, data.tokens).to(device)  # what checkpoints hold
     opt = make_optimizer(raw_model, cfg, device)
-    # what a resume restores (setup_s: seconds of steps that were not training time)
+    # Engineering: what a resume restores (setup_s: seconds of steps that were not training
+    # time).
     st = dict(step=0, flops=0.0, elapsed=0.0, setup_s=0.0, saved_fractions=[])
     if resume is not None:
         raw_model.load_state_dict(resume["model"])
@@ -145,8 +146,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
         return st["step"] / args.max_steps
 
     def save(name="ckpt.pt"):
-        """A checkpoint: never of a state that has seen a NaN loss, never half-written
-        (machinery/checkpoint.py)."""
+        """Engineering: a checkpoint is never of a state that has seen a NaN loss, never
+        half-written (machinery/checkpoint.py)."""
         check_finite(bad_step, out)
         if not main:
             return
@@ -173,7 +174,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     peak, peak_note = peak_flops(device)
     peak = peak * dist.world if peak else None
     say(f"MFU is relative to {peak_note}" + (f": {peak:.3g} FLOP/s" if peak else ""))
-    # Appending: a resumed run continues the same log.
+    # Engineering: appending, a resumed run continues the same log.
     log_file = open(out / "log.jsonl", "a") if main else None
     # Engineering: on a GPU a thread prepares the next batches (on a CPU it would only take
     # cores from the step); --profile N records N steps with torch.profiler; on a CPU the run
@@ -188,7 +189,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     setup_mark, local_steps = t0, 0     # where the next setup step's time starts; steps taken here
     bad_step = None                   # the first step with a NaN/inf loss, kept on the device
     rec, left = None, False           # the last log record; whether D was ever off the plateau
-    # A budget that repeats a small corpus too often learns it by heart: one line says so.
+    # Engineering: a budget that repeats a small corpus too often learns it by heart; one
+    # line says so.
     repeats = repetition_warning(args.max_steps or args.flops / flops_per_step, data) \
         if not args.hours else None
     if repeats:
@@ -212,8 +214,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 threads.after_step()
             st["step"] += 1
             st["flops"] += flops_per_step
-            # The data position moves once the step is done, so a resume never skips or repeats
-            # a batch.
+            # Engineering: the data position moves once the step is done, so a resume never
+            # skips or repeats a batch.
             data_state = next_state
             now = elapsed0 + time.time() - t0             # every process must agree on the time
             st["elapsed"] = dist.broadcast_float(now) if args.hours else now
@@ -266,9 +268,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                 if progress() >= f and f not in st["saved_fractions"]:
                     st["saved_fractions"].append(f)
                     save(f"ckpt_{f:g}.pt")
-            # A periodic checkpoint bounds what a crash can lose.
-            #
-            # Engineering: rank 0's clock decides for every process.
+            # Engineering: a periodic checkpoint bounds what a crash can lose; rank 0's clock
+            # decides for every process.
             due = time.time() - last_ckpt > args.ckpt_every_min * 60
             if (args.save_every and st["step"] % args.save_every == 0) or \
                     dist.broadcast_float(float(due)):
@@ -353,11 +354,12 @@ def start_profile(n, out, device):
 
 
 class TrainingDiverged(Exception):
-    """The loss became NaN or infinite; the command line prints it as one line."""
+    """Engineering: the loss became NaN or infinite; the command line prints it as one
+    line."""
 
 
 def check_finite(bad_step, out):
-    """Raise if any step so far had a NaN or infinite loss."""
+    """Engineering: raise if any step so far had a NaN or infinite loss."""
     if bad_step is not None and int(bad_step) > 0:
         raise TrainingDiverged(
             f"the loss became NaN or infinite at step {int(bad_step)}; stopped without saving, "
@@ -366,9 +368,11 @@ def check_finite(bad_step, out):
 
 
 def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, stage, lr, world):
-    """One line of log.jsonl from the statistics summed on the device (the only host sync)."""
+    """Engineering: one line of log.jsonl from the statistics summed on the device (the only
+    host sync)."""
     s = {k: v.float().cpu() for k, v in sums.items()}
-    # None where the denominator is 0 (e.g. precision while D flags nothing): undefined
+    # Engineering: None where the denominator is 0 (e.g. precision while D flags nothing):
+    # undefined
     ratio = lambda k: (s[k][0] / s[k][1]).item() if k in s and s[k][1] > 0 else None
     tok_s = steps * cfg.batch_size * cfg.seq_len / dt
     mfu = hardware_flops_per_step(cfg, stage) * steps / dt / peak if peak else None

@@ -26,69 +26,59 @@ class Figure:
 FIGURES = {
     "index": [Figure(
         "docs/figure2.png",
-        "The paper's Figure 2 drawn from the tensors of the quick start's checkpoint (3,000 steps "
-        "on the demo corpus, the run on the train.py page): the README quick start's one-block, "
-        "128-wide laptop-size D on 16-token sequences with an 8,192-token vocabulary (config.py "
-        "`SIZES[\"laptop\"]`), not ELECTRA-Small. The sentence is from the corpus's validation "
-        "text; m is the seeded 15 % draw of a training step (seed 0), not chosen by hand. G "
-        "samples \"copy\" for \"Return\" and \"class\" for \"over\"; D gives them P(replaced) "
-        "0.77 and 0.91 and every original token 0.40 or less, so at its 0.5 threshold it is right "
-        "on every token. Such a step was picked to show D at work, and said so: of the 103 short "
-        "prose sentences of the validation text, each drawn at seed 0, D is right on every token "
-        "in 21 and ranks every replaced token above every original one in 46; over all 103, "
-        "replaced tokens average 0.43 and original ones 0.09 (this D catches 41.8 % of the "
-        "replaced tokens at 0.5). This sentence was chosen by hand among the 21 for its two "
-        "whole-word replacements (docs/annotated.md). At 3,000 steps G is still weak: its top "
-        "guesses are frequent tokens. Drawn by `python analysis/inspect_discriminator.py figure2 "
-        "--ckpt out/ckpt.pt \"Return the product of array elements over a given axis.\" --mask "
-        "draw --seed 0`.",
+        "The paper's Figure 2 with real tensors: the quick start's checkpoint after 3,000 steps on "
+        "the demo corpus (the run on the train.py page), a laptop-size D of one 128-wide block on "
+        "16-token sequences (config.py `SIZES[\"laptop\"]`), not ELECTRA-Small. m is the seeded "
+        "15 % draw of a training step (seed 0), not chosen by hand. G samples \"copy\" for "
+        "\"Return\" and \"class\" for \"over\"; D gives them P(replaced) 0.77 and 0.91, every "
+        "original token 0.40 or less. A good step, not a typical one: D is right on every token "
+        "in 21 of the validation text's 103 short prose sentences (each at seed 0), and this one "
+        "was picked among those for its two whole-word replacements; over all 103, replaced "
+        "tokens average 0.43 and original ones 0.09 (docs/annotated.md). G, still weak, guesses "
+        "frequent tokens. Drawn by `python analysis/inspect_discriminator.py figure2 --ckpt "
+        "out/ckpt.pt \"Return the product of array elements over a given axis.\" --mask draw "
+        "--seed 0`.",
         "Figure 2 with real tensors")],
     "objectives.py": [Figure(
         "docs/one_step.json",
-        "One real step on one short sentence: the tensors of the mask step and of sample and "
-        "corrupt, and D's verdict, from the quick start's checkpoint (3,000 steps, the run drawn "
-        "on the train.py page): the step Figure 2 on the index draws, where the caption says how "
-        "the sentence was picked. m is the seeded draw a training step makes (seed 0: 2 of the "
-        "11 tokens). D's row: 0.77 and 0.91 on the two replaced tokens, 0.40 or less on every "
-        "original one. A sample equal to the original would count as real (§2). Written by "
-        "`python teaching/one_step.py --ckpt out/ckpt.pt` (the sentence and seed 0 are its "
-        "defaults; command, checkpoint and date in docs/one_step.json).",
+        "One real step, the one Figure 2 on the index draws (its caption says how the sentence "
+        "was picked), from the quick start's checkpoint (the run on the train.py page): m, the "
+        "seeded draw of a training step, holds 2 of the 11 tokens; D gives the two replaced "
+        "tokens 0.77 and 0.91, every original one 0.40 or less. Written, with its command and "
+        "date, by `python teaching/one_step.py --ckpt out/ckpt.pt` (sentence and seed: its "
+        "defaults).",
         "one step as a table")],
     "train.py": [Figure(
         "docs/plateau_run.png",
-        "The plateau, from the log of the quick start's own run (`python electra_small.py "
-        "--size laptop --max_steps 3000` on two threads throughout, which `--threads 2` "
-        "repeats: one block of D, 8k vocabulary, the demo corpus; 2-core AMD EPYC, "
-        "AVX512-BF16, bf16, beside other jobs, 2026-11-26; the default, which picks its "
-        "threads while it runs, left the plateau at step 1,100 there). For a thousand "
-        "steps D answers almost everything \"real\": it catches under 10 % of the replaced "
-        "tokens (0.5 % at step 200, 6.2 % at 1,000; the low red line below), while L_Disc "
-        "already falls under the plateau's loss $H(r)$, and under $0.9 H(r)$ by step "
-        "700 (above): D ranks replaced tokens higher before it is sure enough to call them "
-        "replaced. At step 1,300 recall passes 10 % and D leaves the plateau by the trainer's "
-        "rule (recall 13.5 %, $L_Disc = 0.293$ below $0.9 H(r) = 0.325$), and recall climbs to "
-        "41.8 % at 75.9 % precision by step 3,000. Drawn by `python plot_results.py --plateau "
-        "out/log.jsonl`; the run in docs/annotated.md, the why in docs/plateau.md.",
+        "The plateau in the quick start's own run (`python electra_small.py --size laptop "
+        "--max_steps 3000`: one block of D, the demo corpus; 2-core AMD EPYC, bf16, two threads "
+        "throughout as `--threads 2` repeats, 2026-11-26; the default picks its threads as it "
+        "goes and left the plateau at step 1,100). For a thousand steps D catches "
+        "under 10 % of the replaced tokens (red, below), yet $L_Disc$ falls under the plateau's "
+        "loss $H(r)$, and under $0.9 H(r)$ by step 700 (above): D ranks replaced tokens higher "
+        "before it is sure enough to call them replaced. At step 1,300 it leaves the plateau by "
+        "the trainer's rule (recall 13.5 %, $L_Disc = 0.293 < 0.9 H(r) = 0.325$); by step 3,000 "
+        "it catches 41.8 % of the replaced tokens at 75.9 % precision. Drawn by `python "
+        "plot_results.py --plateau out/log.jsonl`; the run in docs/annotated.md, the why in "
+        "docs/plateau.md.",
         "L_Disc and D's recall against steps")],
     "flops.py": [Figure(
         "docs/cpu_electra_vs_bert_glue_vs_flops.png",
         "GLUE against pre-training compute: this project's ELECTRA and BERT, the laptop recipe "
-        "trained for 45 minutes each on one CPU core (2-core AMD EPYC, AVX2, float32, 2026-11-24; "
-        "5 GLUE tasks subsampled, median of 3 seeds: ELECTRA 34.9, this project's laptop-size BERT "
-        "41.0), with the paper's Table 1 drawn for scale (all 8 tasks: ELECTRA-Small 79.9 and "
-        "BERT-Small 75.1 at 1.4e18 FLOPs, ELECTRA-Small after 6 hours, 6.25 % of its training, "
-        "74.1 at 8.9e16). Here BERT leads, the opposite of the paper, at about 1/2,500 of the "
-        "paper's compute by the paper's own count (1/3,900 for BERT). ELECTRA's D first sat for "
-        "1,000-2,000 of its 13,822 steps on what this project calls the plateau, answering "
-        "\"real\" everywhere, the majority class (the paper's own D \"would sometimes fail to "
-        "learn at all beyond the majority class\" in two-stage training when not started from G's "
-        "weights, §3.2), and what it had learned by the end (which neighbour fits; 45 % of the "
-        "replaced tokens caught) helped these tasks less than BERT's masked LM at 37 % accuracy: "
-        "one reading, not tested here; the paper's smallest point used 160 times this compute, so "
-        "the figure does not test its claim. Table 1 prints 1.4e18 for both models; the official "
-        "code's flops_computation.py gives 1.294e18 for ELECTRA-Small and 1.419e18 for BERT-Small. "
-        "Drawn by `python plot_results.py --results docs/glue_vs_flops/electra.json "
-        "docs/glue_vs_flops/bert.json` (the runs' commands in docs/results.md).",
+        "(one block, 16-token sequences) trained 45 minutes each on one CPU core (2-core AMD "
+        "EPYC, AVX2, float32, 2026-11-24; 5 GLUE tasks subsampled, median of 3 seeds): ELECTRA "
+        "34.9, BERT 41.0. The paper's Table 1 in grey, for scale (all 8 tasks): ELECTRA-Small "
+        "79.9 and BERT-Small 75.1 at 1.4e18 FLOPs, and 74.1 after 6 hours at 8.9e16. Here BERT "
+        "leads, the opposite of the paper, at about 1/2,500 of the paper's compute (1/3,900 for "
+        "BERT); the paper's smallest point used 160 times ELECTRA's, so the figure does not test "
+        "the paper's claim. One reading, not tested: ELECTRA's D spent 1,000-2,000 of its 13,822 "
+        "steps on the plateau (this project's name) answering \"real\", the majority class (the "
+        "paper's D, in two-stage training without G's weights, \"would sometimes fail to learn at "
+        "all beyond the majority class\", §3.2), and what it learned by the end (45 % of the "
+        "replaced tokens caught) helped these tasks less than BERT's masked LM (37 % accuracy). "
+        "Drawn by `python plot_results.py --results "
+        "docs/glue_vs_flops/electra.json docs/glue_vs_flops/bert.json` (the runs' commands in "
+        "docs/results.md).",
         "GLUE dev score against pre-training FLOPs")],
 }
 

@@ -47,6 +47,9 @@ MATH_OPS = {"<-": "←", "->": "→", "!=": "≠", "<=": "≤", ">=": "≥", "-"
 # Brackets keep their size (as in LaTeX without \left): MathML would stretch every one of a
 # row to the row's tallest term, a display ∑ with its limits.
 MATH_FENCES = set("()[]{}|⌈⌉⌊⌋")
+# A letter with a combining accent (x̂) is the letter, italic, under its accent: an <mi> of two
+# characters would be set upright, as a name is.
+MATH_ACCENTS = {"\u0302": "ˆ", "\u0303": "˜", "\u0304": "¯", "\u0307": "˙"}
 
 
 def mathml(src, display=False):
@@ -99,6 +102,9 @@ def mathml(src, display=False):
                 return f'<mo{big} movablelimits="true">{MATH_BIG[s]}</mo>', "big"
             if kind == "word" and s in MATH_WORDS:
                 return f"<mtext>\u00a0{s}\u00a0</mtext>", "text"
+            if kind == "word" and len(s) == 2 and s[1] in MATH_ACCENTS:
+                return (f'<mover accent="true"><mi>{html.escape(s[0])}</mi>'
+                        f"<mo>{MATH_ACCENTS[s[1]]}</mo></mover>"), "id"
             if kind == "word":
                 upright = ' mathvariant="normal"' if len(s) == 1 and s in MATH_FUNC else ""
                 return f"<mi{upright}>{html.escape(s)}</mi>", "func" if s in MATH_FUNC else "id"

@@ -45,7 +45,9 @@ figure.table { max-width: 84rem; }
 figure img { display: block; max-width: 100%; height: auto; margin: 0 auto;
              border: 1px solid #e4e4e8; }
 figcaption { font-size: .92em; color: #444; margin-top: .5em; }
-.table-scroll { overflow-x: auto; border: 1px solid #e4e4e8; width: fit-content; max-width: 100%; }
+.table-scroll { overflow-x: auto; border: 1px solid #e4e4e8; width: fit-content; max-width: 100%;
+                margin: 0 auto; }
+figure.table figcaption { max-width: 59.6rem; margin-left: auto; margin-right: auto; }
 table.step { border-collapse: collapse; font-size: 14px; margin: 0; }
 table.step th, table.step td { padding: .25em .5em; border-bottom: 1px solid #eee;
       text-align: center; white-space: nowrap; }

@@ -126,6 +126,8 @@ def test_the_math_notation_becomes_mathml():
     assert '<mtext>\u00a0first\u00a0moment\u00a0</mtext>' in m('"first moment"')  # never wraps
     assert '<mrow><mi>x</mi><mo lspace="0" rspace="0">′</mo></mrow>' in m("e(x')") \
         and "<msup>" not in m("e(x')")
+    assert '<msub><mover accent="true"><mi>x</mi><mo>ˆ</mo></mover><mi>i</mi></msub>' \
+        in m("x̂_i")                                   # italic x under its hat, not upright x̂
     assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
@@ -138,7 +140,7 @@ def test_the_equation_rule_can_fail():
     """What the pages are checked for: the rule flags raw LaTeX and ASCII equations."""
     for raw in ["L_{MLM}", "\\lambda", "$x$", "λ = 50", "k = round(0.15 n)", "x ~ p_G",
                 "a != b", "m <- g", "a ≤ b", "2*m*n", "sum_{i in m}", "E[ x ]", "e(x)^T h",
-                "0.9 H(r) = 0.325"]:
+                "0.9 H(r) = 0.325", "L_Disc falls", "(L_MLM, objectives.py)"]:
         assert ASCII_EQUATION.search(raw), raw
     for prose in ["x_masked and x_corrupt", "lr 5e-4, batch 128", "1.29e18 FLOPs", "(B, T)",
                   "--max_steps 3000", "85 / 0 / 15 %", "max_len tokens", "dense, GELU"]:
@@ -198,13 +200,16 @@ class Page(HTMLParser):
 def words(text):
     """The words of a text, equations read as their symbols ($x^masked_t$: x masked t)."""
     text = re.sub(r"\$+([^$]*)\$+", lambda m: re.sub(r"[_^{}]", " ", m.group(1)), text)
+    text = re.sub("[\u0300-\u036f\u02c6\u02dc\u00af\u02d9]", " ", text)   # x̂: x and its hat
     return " ".join(re.findall(r"\w+", text))
 
 
 # An equation left untypeset: raw LaTeX or math markers, a sub- or superscript group, a limit,
-# an expectation, an operator between terms (=, ~, ←, ≠, ≤, ≥ and their ASCII spellings), 2*m*n.
+# an expectation, an operator between terms (=, ~, ←, ≠, ≤, ≥ and their ASCII spellings), 2*m*n,
+# the paper's two losses written as names (L_MLM, L_Disc: the notes typeset them).
 ASCII_EQUATION = re.compile(
-    r"\$|\\[A-Za-z]|\w_\{|\^\{|\^T\b|\w\^\w|\b(?:sum|min|max|argmax)_(?:\{|\w\b)|\bsum[{(]"
+    r"\bL_(?:MLM|Disc)\b"
+    r"|\$|\\[A-Za-z]|\w_\{|\^\{|\^T\b|\w\^\w|\b(?:sum|min|max|argmax)_(?:\{|\w\b)|\bsum[{(]"
     r"|\bE\[|\s~\s|<-|!=|<=|>=|[≠≤≥←∼]|[\w)]\s?=\s?[\w(−-]|\d\s?\*\s?[a-z]")
 
 
