@@ -63,7 +63,13 @@ def load_meta(data_dir):
 
 
 def load_tokenizer(data_dir):
-    return Tokenizer.load(Path(data_dir) / "tokenizer.tiktoken")
+    path = Path(data_dir) / "tokenizer.tiktoken"
+    try:
+        return Tokenizer.load(path)
+    except (OSError, ValueError) as e:  # missing, truncated or edited by hand
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise DataError(f"{path}: not a usable tokenizer ({why}): prepare the folder again "
+                        "with `python data.py --corpus FILES --name NAME`") from None
 
 
 # ----------------------------------------------------------------------------- reading corpora
