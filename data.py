@@ -407,6 +407,7 @@ def main(argv=None):
     p.add_argument("--workers", "--threads", type=cli.threads, default=None,
                    help=f"tokenizer processes (default: every core; at most {cli.MAX_THREADS})")
     args = p.parse_args(argv)
+    existed = Path(args.out_root).exists()      # a refused run removes it if it made it empty
     try:
         if not re.fullmatch(r"[\w.-]+", args.name):
             raise DataError(f"--name {args.name!r}: use letters, digits, '.', '_' or '-'")
@@ -427,10 +428,12 @@ def main(argv=None):
     except (DataError, DatasetError) as e:
         end_live_line()
         print(f"error: {e}", file=sys.stderr)
+        cli.remove_if_left_empty(args.out_root, existed)
         return 1
     except KeyboardInterrupt:
         end_live_line()
         print("interrupted: nothing was written", file=sys.stderr)
+        cli.remove_if_left_empty(args.out_root, existed)
         return 130
     print(f"done: {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens, "
           f"vocabulary {meta['vocab_size']}")
