@@ -63,7 +63,13 @@ def load_meta(data_dir):
 
 
 def load_tokenizer(data_dir):
-    return Tokenizer.load(Path(data_dir) / "tokenizer.tiktoken")
+    path = Path(data_dir) / "tokenizer.tiktoken"
+    try:
+        return Tokenizer.load(path)
+    except (OSError, ValueError) as e:  # missing, truncated or edited by hand
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise DataError(f"{path}: not a usable tokenizer ({why}): prepare the folder again "
+                        "with `python data.py --corpus FILES --name NAME`") from None
 
 
 # ----------------------------------------------------------------------------- reading corpora
@@ -402,6 +408,7 @@ def main(argv=None):
     p.add_argument("--workers", "--threads", type=cli.threads, default=None,
                    help=f"tokenizer processes (default: every core; at most {cli.MAX_THREADS})")
     args = p.parse_args(argv)
+    existed = Path(args.out_root).exists()      # a refused run removes it if it made it empty
     try:
         if not re.fullmatch(r"[\w.-]+", args.name):
             raise DataError(f"--name {args.name!r}: use letters, digits, '.', '_' or '-'")
@@ -422,10 +429,12 @@ def main(argv=None):
     except (DataError, DatasetError) as e:
         end_live_line()
         print(f"error: {e}", file=sys.stderr)
+        cli.remove_if_left_empty(args.out_root, existed)
         return 1
     except KeyboardInterrupt:
         end_live_line()
         print("interrupted: nothing was written", file=sys.stderr)
+        cli.remove_if_left_empty(args.out_root, existed)
         return 130
     print(f"done: {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens, "
           f"vocabulary {meta['vocab_size']}")

@@ -258,7 +258,11 @@ def _main(args, dist):
         raise DataError(f"batch size {cfg.batch_size} does not split over {dist.world} processes")
     if args.hours is None and args.max_steps is None and args.flops is None:
         args.max_steps = cfg.train_steps
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:                # a file on the way, a read-only or missing place
+        raise DataError(f"--out_dir {out}: cannot create it ({e.strerror or e}): pick another "
+                        "--out_dir") from None
     if dist.main:                       # debris of a checkpoint write that was killed
         for name in remove_stale_temporaries(out):
             say(f"removed {out / name}, left by a checkpoint write that was killed")

@@ -252,7 +252,7 @@ def scoring(model, tok, cfg, sents, n, seed):
         win = ((base < s) + 0.5 * (base == s))[keep]
         res[name] = dict(accuracy=float(win.mean()) if keep.any() else None, n=int(keep.sum()),
                          mean_score=float(s[keep].mean()) if keep.any() else None)
-        print(f"scoring: original below its {name:9} variant in {win.mean():5.1%} of "
+        print(f"scoring: original below its {name:9} variant in {100 * win.mean():5.1f} % of "
               f"{keep.sum()} pairs (chance 50 %; mean P(replaced) {base[keep].mean():.3f} vs "
               f"{s[keep].mean():.3f})" if keep.any() else f"scoring: no {name} variant differs")
     return res

@@ -340,6 +340,14 @@ def run(args):
     if cmd == "compare" and not args.bert:
         raise InspectError("compare needs --bert BERT: a BERT checkpoint trained on the same "
                            "data (electra_small.py --model bert), to compare D with")
+    if args.text and not (cmd in NEEDS_HELD_OUT or (cmd == "mlm" and not text)):
+        raise InspectError(f"--text FILE is held-out text, read by {', '.join(NEEDS_HELD_OUT)} "
+                           f"and mlm; {cmd} " + (
+                               "takes its sentence as TEXT, or picks one of --data DIR's "
+                               "validation split" if cmd == "figure2" else
+                               "on a sentence takes no held-out text" if cmd == "mlm" else
+                               "reads GLUE (--glue_dir)" if cmd in ("cola", "sst2") else
+                               "(the sentence view) takes its sentence as TEXT"))
     if cmd == "mlm" and text and not args.mask:
         raise InspectError("mlm on a sentence needs --mask: the token index or word to predict")
     args.topk = args.topk or (100 if cmd == "mlm" else 5)

@@ -282,7 +282,8 @@ def main(argv=None):
             args.which.remove("hf")
     peak, peak_note = peak_flops(device)
     h = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else
-             f"CPU, {torch.get_num_threads()} threads" if device.type == "cpu" else device.type,
+             f"CPU, {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() != 1)}"
+             if device.type == "cpu" else device.type,
              torch=torch.__version__, transformers=hf_version, size=args.size,
              batch_size=cfg.batch_size, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size,
              steps=rounds * block, block=block, rounds=rounds,

@@ -38,7 +38,7 @@ def test_bench_command_line_writes_positive_numbers(tmp_path):
     assert ours["flops_per_step"] > bert["flops_per_step"]     # ELECTRA also runs G
     assert res["ratios"] == {}                                 # no hf, no ratio
     lines = r.stdout.splitlines()
-    assert "CPU, 1 threads" in lines[0] and "torch" in lines[0]
+    assert "CPU, 1 thread |" in lines[0] and "torch" in lines[0]
     assert any(l.startswith("ours ") and "tok/s" in l for l in lines)
     assert any(l.startswith("bert ") and "MFU" in l for l in lines)
     # A step's costs, side by side, in the words tools read (no hf here: "n/a")

@@ -308,7 +308,11 @@ def test_bad_input_is_one_line(tiny, learnable_data_dir, tmp_path, capsys):
              (["--ckpt", tiny, "the cat", "--mask", "dog"], "no such"),
              (["--ckpt", tiny, "the cat", "--n", "0"], "positive"),
              (["cola", "--ckpt", tiny, "--glue_dir", tmp_path / "nope"], "no GLUE folder"),
-             (["sst2", "--ckpt", tiny], "sst2 needs GLUE: give --glue_dir DIR")]
+             (["sst2", "--ckpt", tiny], "sst2 needs GLUE: give --glue_dir DIR"),
+             # --text where nothing reads it (was ignored: figure2 drew another sentence)
+             (["figure2", "--ckpt", tiny, "--text", tmp_path / "none.txt"],
+              "figure2 takes its sentence as TEXT"),
+             (["--ckpt", tiny, "the cat", "--text", tmp_path / "none.txt"], "--text FILE")]
     for args, message in cases[:2]:             # the real command line: exit status, stderr
         r = run_cli("analysis/inspect_discriminator.py", *args, "--out", tmp_path / "o")
         assert one_error_line(r) and message in r.stderr, (args, r.stderr)

@@ -334,6 +334,30 @@ def test_out_dir_that_is_a_file_is_one_line(data_dir, tmp_path, capsys):
     r = in_process(capsys, "--data", data_dir, "--out_dir", f, *TINY, "--max_steps", "2")
     assert one_error_line(r) and "is a file" in r.stderr, r.stderr
     assert f.read_text() == "keep me"
+    # a folder that cannot be made (a file on its path): one line, not mkdir's traceback
+    r = in_process(capsys, "--data", data_dir, "--out_dir", f / "run", *TINY, "--max_steps", "2")
+    assert one_error_line(r) and "--out_dir" in r.stderr and "cannot create" in r.stderr, r.stderr
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_data_folder_with_a_broken_tokenizer_is_one_line(data_dir, tmp_path, capsys, damage):
+    """A prepared folder whose tokenizer.tiktoken was cut short (an interrupted copy) or lost:
+    one line that says to prepare it again, and the run's out_dir is not left behind."""
+    import shutil
+    bad = tmp_path / "data"
+    shutil.copytree(data_dir, bad)
+    tok = bad / "tokenizer.tiktoken"
+    if damage == "truncated":
+        text = tok.read_text()
+        tok.write_text(text[:text.index("\n", 1000) - 2])     # the last line cut short
+    else:
+        tok.unlink()
+    out = tmp_path / "o"
+    r = in_process(capsys, "--data", bad, "--out_dir", out, *TINY, "--max_steps", "2")
+    assert one_error_line(r) and "tokenizer.tiktoken" in r.stderr and "data.py" in r.stderr, \
+        r.stderr
+    assert not out.exists()
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, capsys):
