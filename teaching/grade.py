@@ -152,7 +152,8 @@ def splice(source, submission, parts):
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
-                raise Refused(f"{rel} cannot be read as UTF-8 text ({e.__class__.__name__})")
+                raise Refused(f"{rel} cannot be read as UTF-8 text ({e.__class__.__name__}): save "
+                              f"it as UTF-8 and upload it again")
             body, first = submitted_body(text, part, rel)
             new = ma.replace_body(own, part, body)
             try:
