@@ -199,7 +199,7 @@ def test_the_reference_gets_full_marks(built, tmp_path):
     for (part, kind), t in entries.items():
         assert t["score"] == t["max_score"] > 0, (part, kind, t["output"])
         n = t["extra_data"]["tests"]
-        assert t["output"] == f"{n} of {n} tests passed."
+        assert t["output"] == f"{n} of {n} test{'' if n == 1 else 's'} passed."
     # the points of make_assignment.POINTS, half to the hidden tests
     assert r["score"] == sum(course.POINTS.values()) == 100
     assert entries["mask", "hidden"]["max_score"] == course.POINTS["mask"] * course.HIDDEN_SHARE
