@@ -91,10 +91,12 @@ def load_with_data(path):
     (None in a checkpoint that predates the record)."""
     ckpt, cfg, tok = read_checkpoint(path, path)
     if cfg.model == "bert":
-        raise InspectError(f"{path}: a BERT checkpoint has no discriminator to inspect")
+        raise InspectError(f"{path}: a BERT checkpoint has no discriminator to inspect; give "
+                           "an ELECTRA one (electra_small.py without --model bert)")
     if cfg.objective in ("replace_mlm", "all_tokens_mlm") or cfg.generator == "unigram":
         raise InspectError(f"{path}: the {cfg.objective}/{cfg.generator} ablation lacks a "
-                           "replaced-token detector D or a masked-LM G")
+                           "replaced-token detector D or a masked-LM G; give an ELECTRA "
+                           "checkpoint")
     if tok.vocab_size != cfg.vocab_size:
         raise InspectError(f"{path}: tokenizer has {tok.vocab_size} ids, model {cfg.vocab_size}")
     return build_loaded(cfg, ckpt, path), tok, cfg, ckpt.get("data_dir")

@@ -47,13 +47,14 @@ button.tok{cursor:pointer}.tok small{font-size:.72rem;font-variant-numeric:tabul
 .scale{display:flex;align-items:center;gap:.5rem;font-size:.85rem;color:#444}
 .scale span.bar{display:inline-block;width:12rem;height:.8rem;border:1px solid #999;
 background:linear-gradient(to right,rgb(255,255,255),rgb(230,25,25))}
-.wrap{overflow-x:auto;border:1px solid #ddd;background:#fff}
+.wrap{overflow-x:auto;border:1px solid #ddd;background:#fff;width:fit-content;max-width:100%}
 table{border-collapse:collapse;font-size:.88rem}
 th,td{border:1px solid #e0e0e0;padding:.2rem .45rem;text-align:center;white-space:nowrap}
 th{position:sticky;left:0;background:#efefec;text-align:left;font-weight:600}
 td.m{background:#fff3b0}td.rep{background:#f4a6a6}td.right{background:#c9e7c9}
 td.wrong{background:#dcc6f0}td.top{text-align:left;font-size:.8rem;line-height:1.3}
 .small{font-size:.85rem;color:#444}code{font-size:.92em}
+.side{display:none}@media (max-width:56rem){.side{display:inline}}
 """
 
 
@@ -168,7 +169,13 @@ def step_html(cols, mode, seed):
         out.append(f"<span class='tok{cls}' data-pc='{c['p']:.3f}' style='{rgb(c['p'])}' "
                    f"title='{w}: P(replaced) {c['p']:.3f}'><span>{w}</span>"
                    f"<small>{c['p']:.3f}</small></span>")
-    out.append("</div><div class=wrap><table>")
+    names = [str(c["t"] - 1) for c in m]
+    where = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+    out.append(f"</div><p class=small>The step's rows, token by token; masked: token"
+               f"{'s' if len(names) > 1 else ''} {where}, in yellow<span class="
+               f"{'side' if len(cols) <= 16 else 'wide'}> (the table scrolls sideways)</span>:"
+               "</p>"
+               "<div class=wrap><table>")
     rows = [("t", "token", lambda c: "" if c["t"] in (0, len(cols) - 1) else c["t"] - 1, None),
             ("x", "x", lambda c: shown(c["x"]), None),
             ("m", "m (masked)", lambda c: "✓" if c["m"] else "", lambda c: "m" if c["m"] else ""),

@@ -182,7 +182,8 @@ def positions(toks, mask, toggle):
         raise PageError(400, f"The mask names {len(items)} positions; the text has {n} tokens.")
     for item in items + ([] if toggle is None else [str(toggle)]):
         if re.fullmatch(r"-?\d+", item) and not 0 <= int(item) < n:
-            raise PageError(400, f"Mask position {item[:12]} is out of range: the text has "
+            shown_item = item if len(item) <= 12 else item[:12] + "..."   # not a cut number
+            raise PageError(400, f"Mask position {shown_item} is out of range: the text has "
                             f"tokens 0 to {n - 1}.")
     try:
         chosen = fig2.choose_positions(toks, items)

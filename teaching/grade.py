@@ -152,7 +152,8 @@ def splice(source, submission, parts):
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
-                raise Refused(f"{rel} cannot be read as UTF-8 text ({e.__class__.__name__})")
+                raise Refused(f"{rel} cannot be read as UTF-8 text ({e.__class__.__name__}): save "
+                              f"it as UTF-8 and upload it again")
             body, first = submitted_body(text, part, rel)
             new = ma.replace_body(own, part, body)
             try:
@@ -199,9 +200,10 @@ def entry(part, kind, tests, max_score, reason=None, shown="after_due_date"):
     else:
         score = round(max_score * passed / len(tests), 2)
         fails = [(name, msg) for name, ok, msg in tests if not ok]
-        output = f"{passed} of {len(tests)} tests passed."
+        of = f"of {len(tests)} test{'' if len(tests) == 1 else 's'} passed"
+        output = f"{passed} {of}."
         if fails and len(fails) == len(tests) and len({m for _, m in fails}) == 1:
-            output = f"0 of {len(tests)} tests passed: {fails[0][1]}"
+            output = f"0 {of}: {fails[0][1]}"
         elif fails:
             output += " Failed:\n" + "\n".join(f"- {test_name(t)}: {m}" for t, m in fails)
     return {"name": f"Part {n}: {p.title} ({part}) - {kind} tests",

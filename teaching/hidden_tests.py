@@ -55,7 +55,7 @@ def k_range(n, mask_prob, n_slots):
     return tuple(min(max(v, 1), n, n_slots) for v in (lo, hi))
 
 
-def check_mask(x, out, n_slots, mask_prob):
+def check_mask(x, out, n_slots, mask_prob, special=SPECIAL):
     """Every rule of Masked that does not depend on chance; returns k per row."""
     B, T = x.shape
     assert out.positions.shape == (B, n_slots) and out.weights.shape == (B, n_slots), \
@@ -63,7 +63,7 @@ def check_mask(x, out, n_slots, mask_prob):
     assert out.x_masked.shape == x.shape, "x_masked should have x's shape"
     assert torch.equal(out.targets, x.gather(1, out.positions)), \
         "targets should be x at every slot's position"
-    is_real = ~(x.unsqueeze(-1) == torch.tensor(SPECIAL)).any(-1)
+    is_real = ~(x.unsqueeze(-1) == torch.tensor(special)).any(-1)
     ks = []
     for i in range(B):
         w = out.weights[i]
@@ -98,13 +98,19 @@ def test_mask__a_fully_padded_row_and_a_row_with_one_real_token():
 
 
 def test_mask__many_lengths_other_special_ids():
+    # BERT's ids: [PAD] 0, [CLS] 101, [SEP] 102, [MASK] 103, words on both sides of them (a
+    # real token is any id not in special_ids, not one above or below them)
     g = torch.Generator().manual_seed(21)
     lengths = torch.randint(3, 97, (400,), generator=g).tolist() + [2, 3, 32, 72, 96]
-    x = rows(lengths, 96, seed=22)
-    out = mask_tokens(x, SPECIAL, MASK, 15, generator=torch.Generator().manual_seed(23))
-    check_mask(x, out, 15, 0.15)
+    bert = torch.arange(1000)
+    for ours, theirs in ((CLS, 101), (SEP, 102), (MASK, 103)):
+        bert[ours], bert[theirs] = theirs, ours
+    x = bert[rows(lengths, 96, seed=22, vocab=1000)]
+    special = (0, 101, 102)
+    out = mask_tokens(x, special, 103, 15, generator=torch.Generator().manual_seed(23))
+    check_mask(x, out, 15, 0.15, special)
     shown = out.x_masked.gather(1, out.positions)[out.weights > 0]
-    assert ((shown == MASK) | (shown == out.targets[out.weights > 0])).all(), \
+    assert ((shown == 103) | (shown == out.targets[out.weights > 0])).all(), \
         "with random_prob 0 a used position shows [MASK] or itself, nothing else"
 
 
@@ -121,6 +127,10 @@ def test_mask__batch_one_another_rate_and_the_slot_cap():
     again = mask_tokens(x, SPECIAL, MASK, 40, mask_prob=0.25, replace_prob=1.0,
                         generator=torch.Generator().manual_seed(32))
     assert torch.equal(again.positions, out.positions), "the same seed should give the same mask"
+    other = mask_tokens(x, SPECIAL, MASK, 40, mask_prob=0.25, replace_prob=1.0,
+                        generator=torch.Generator().manual_seed(33))
+    assert not torch.equal(other.positions, out.positions), \
+        "another seed should give another mask: draw every random number from `generator`"
 
 
 def test_mask__a_separator_mid_row_and_uniform_positions():
@@ -659,7 +669,7 @@ def flops_by_hand(h, n, f, s):
 
 @pytest.mark.parametrize("hidden, heads, ffn, seq", [
     (256, 4, 1024, 128),                      # ELECTRA-Small's D
-    (12, 3, 48, 1),                           # one position
+    (12, 3, 20, 1),                           # one position, an FFN not 4 H wide
     (64, 16, 256, 512),                       # many heads, a long sequence
     (768, 12, 3072, 512),                     # BERT-Base
 ], ids=["small", "seq1", "16heads", "base"])

@@ -15,6 +15,7 @@ import ast
 import json
 import os
 import pwd
+import re
 import resource
 import signal
 import subprocess
@@ -385,6 +386,10 @@ def _message(report):
         return "not written yet (the body raises NotImplementedError)"
     if text.strip() == "MemoryError":
         return "MemoryError: out of memory (the grader has 768 MB in all)"
+    asked = re.search(r"can't allocate memory: you tried to allocate (\d+) bytes", text)
+    if asked:                               # PyTorch's allocator, in a line of C++ details
+        return (f"out of memory: a tensor of {int(asked.group(1)) / 1e6:,.0f} MB more did not "
+                f"fit (the grader has 768 MB in all)")
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     raised = [l[1:].strip() for l in lines if l.startswith("E ")]
     if lines and "while importing" in lines[0] and raised:
@@ -492,6 +497,8 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_logreport(report):
     if _LOG and (report.failed or report.skipped) and report.nodeid not in _FAILED:
         _FAILED[report.nodeid] = _message(report)
+    if _LOG:        # what a test printed (up to MAX_OUTPUT) is never shown: not kept either
+        report.sections = []
 
 
 def pytest_runtest_logfinish(nodeid, location):
@@ -507,6 +514,11 @@ if _LOG:
         what the tests rely on, gets 0 with one line, and this process ends so that the grader
         starts a fresh one for the parts after it."""
         yield
+        # pytest keeps each test's captured output with its item for the whole run: a part whose
+        # every test printed MAX_OUTPUT would leave the parts after it short of memory
+        sections = getattr(item, "_report_sections", None)
+        if isinstance(sections, list):
+            sections.clear()
         part = part_of(item.nodeid)
         if nextitem is not None and part_of(nextitem.nodeid) == part:
             return

@@ -458,6 +458,12 @@ WRONG = [{
                     "'lr': lr * decay ** power})",
                     "    g['params'].append(p)",
                     "    g['names'].append(name)"],
+    # only the replaced tokens scored, not every position in m
+    "electra15": ["return super().discriminate(x, x_corrupt, is_replaced, masked,",
+                  "                            scored & is_replaced, pad_mask, segment_ids)"],
+    # the scores q . k counted for one head (2 d T) instead of all of them (2 H T)
+    "flops": ("+ 2 * hidden * seq                          # q . k",
+              "+ 2 * (hidden // heads) * seq              # q . k"),
 }, {
     # a run of k neighbouring real tokens from a random start (cyclic): every position as
     # often as the rule's, but not a uniform k-subset
@@ -516,6 +522,12 @@ WRONG = [{
     # L_MLM detached in the sum: the same value, but G never trains
     "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
                    "loss = loss_mlm.detach() + self.disc_weight * loss_disc"),
+    # the rate from the depth instead of from L + 2 - depth: the head moves least
+    "layer_decay": ('"lr": lr * decay ** power', '"lr": lr * decay ** depth'),
+    # unused slots counted: every slot's position scored
+    "electra15": ["in_m = torch.zeros_like(scored).scatter(1, masked.positions, True)",
+                  "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
+                  "                            pad_mask, segment_ids)"],
 }, {
     # the log of a softmax: exp underflows to 0 for a target far below the largest logit
     "mlm_loss": ["p = torch.softmax(logits.float(), dim=-1)",
@@ -551,6 +563,40 @@ WRONG = [{
                   "in_m[:, masked.positions[masked.weights > 0]] = True",
                   "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
                   "                            pad_mask, segment_ids)"],
+    # k from the row's length T, padding and specials counted: a short row gets too many
+    # slots, and the draw then reaches padding
+    "mask": ("n = is_real.sum(1)", "n = torch.full((B,), T)"),
+    # the mean over all tokens, those outside mask counted as 0
+    "disc_loss": ("return (bce * w).sum() / w.sum().clamp(min=1.0)", "return (bce * w).mean()"),
+    # 1 / sqrt(H), the model's width, instead of 1 / sqrt(d), a head's
+    "attention": ("attn_mask=attn_mask,", "attn_mask=attn_mask, scale=H ** -0.5,"),
+    # encoder.proj (the embeddings' projection) grouped with block 0, not with the embeddings
+    "layer_decay": [l for line in ma.reference_body("layer_decay") for l in (
+        ['    elif name.startswith("encoder.proj."):', "        depth = 1"]
+        if line.strip().startswith('elif name.startswith("encoder.blocks.') else []) + [line]],
+    # the FFN's width taken as 4 H (the Transformer's) instead of `ffn`
+    "flops": [l.replace("2 * hidden * ffn + ffn + GELU * ffn", "2 * hidden * 4 * hidden + 4 * hidden"
+                        " + GELU * 4 * hidden").replace("2 * ffn * hidden", "2 * 4 * hidden * hidden")
+              for l in ma.reference_body("flops")],
+}, {
+    # the positions drawn among all tokens: [CLS], [SEP] and padding may be masked
+    "mask": (".masked_fill(~is_real, -1.0)", ""),
+    # a sample at temperature 0.5: softmax(logits / 0.5), not softmax(logits)
+    "sample": ("softmax(logits.detach().float(), dim=-1)",
+               "softmax(logits.detach().float() / 0.5, dim=-1)"),
+    # "was in m" by indexing: a sample equal to the original counted as replaced
+    "corrupt": ["x_corrupt = x.clone()",
+                "used = masked.weights > 0",
+                "rows = torch.arange(x.shape[0])[:, None].expand_as(masked.positions)",
+                "x_corrupt[rows[used], masked.positions[used]] = x_hat[used]",
+                "is_replaced = torch.zeros_like(x, dtype=torch.bool)",
+                "is_replaced[rows[used], masked.positions[used]] = True",
+                "return x_corrupt, is_replaced"],
+    # the mean over all K slots, unused ones (weight 0) counted as 0
+    "mlm_loss": ("(nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)",
+                 "(nll * weights.flatten()).mean()"),
+    # D scores only the positions G filled ([MASK] in x_masked), not every real token
+    "joint_loss": ("scored = real_tokens(x, pad_mask)", "scored = masked.x_masked != x"),
 }]
 
 # Plausible wrong answers that only the hidden tests catch: the edge cases the public tests
@@ -559,6 +605,14 @@ WRONG_HIDDEN_ONLY = [{
     # k not capped at n: a row without real tokens (all padding) gets one used slot
     "mask": ("torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n)",
              "torch.clamp(torch.floor(mask_prob * n + 0.5), min=1)"),
+    # λ written as 50 instead of self.disc_weight: right for ELECTRA's default only
+    "joint_loss": ("loss = loss_mlm + self.disc_weight * loss_disc",
+                   "loss = loss_mlm + 50 * loss_disc"),
+    # the first row's count of used slots taken for every row
+    "electra15": ["k = int(masked.weights[0].sum())",
+                  "in_m = torch.zeros_like(scored).scatter(1, masked.positions[:, :k], True)",
+                  "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
+                  "                            pad_mask, segment_ids)"],
 }]
 
 

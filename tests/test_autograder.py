@@ -199,7 +199,7 @@ def test_the_reference_gets_full_marks(built, tmp_path):
     for (part, kind), t in entries.items():
         assert t["score"] == t["max_score"] > 0, (part, kind, t["output"])
         n = t["extra_data"]["tests"]
-        assert t["output"] == f"{n} of {n} tests passed."
+        assert t["output"] == f"{n} of {n} test{'' if n == 1 else 's'} passed."
     # the points of make_assignment.POINTS, half to the hidden tests
     assert r["score"] == sum(course.POINTS.values()) == 100
     assert entries["mask", "hidden"]["max_score"] == course.POINTS["mask"] * course.HIDDEN_SHARE
@@ -488,6 +488,34 @@ def test_a_bare_assert_that_fails_says_what_it_checked(tmp_path):
     assert runner._message(report) == "AssertionError: rows differ"
     crash.message, crash.lineno = "assert False", 1                 # no assert on that line
     assert runner._message(report) == "assert False"
+    crash.message = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+                     "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                     "2000000000 bytes. Error code 12 (Cannot allocate memory)")
+    assert runner._message(report) == ("out of memory: a tensor of 2,000 MB more did not fit "
+                                       "(the grader has 768 MB in all)")
+
+
+def test_what_a_test_printed_is_not_kept_for_the_parts_after_it(tmp_path):
+    """pytest keeps each test's captured output with its item and its report for the whole run:
+    a part whose tests each printed up to MAX_OUTPUT held it all, and the parts after it ran
+    out of memory under Gradescope's 768 MB. The plugin drops it once the test is done."""
+    (tmp_path / "test_x.py").write_text(
+        "def test_prints():\n"
+        "    print('x' * 2_000_000)\n"
+        "    assert False, 'printed'\n\n\n"
+        "def test_nothing_kept(request):\n"
+        "    first = request.session.items[0]\n"
+        "    assert first.name == 'test_prints' and not first._report_sections\n"
+        "    reports = request.config.pluginmanager.get_plugin('terminalreporter').stats\n"
+        "    assert reports['failed'] and not any(r.sections for r in reports['failed'])\n")
+    log = tmp_path / "log.jsonl"
+    env = dict(os.environ, **{runner.LOG_ENV: str(log)}, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                    "teaching.runner", "--tb=no", "--rootdir", str(tmp_path), "test_x.py"],
+                   cwd=tmp_path, env=env, capture_output=True, timeout=HANG)
+    done = {r["done"]: r for r in map(json.loads, log.read_text().splitlines()) if "done" in r}
+    assert not done["test_x.py::test_prints"]["passed"]
+    assert done["test_x.py::test_nothing_kept"]["passed"], done["test_x.py::test_nothing_kept"]
 
 
 # Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.

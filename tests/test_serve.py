@@ -125,6 +125,8 @@ def test_hand_chosen_step_is_figure2_and_follows_the_algorithm(server, tiny):
     assert rows["x_corrupt"] == [shown(w) for w in pieces(tok, tr["x_corrupt"][0])]
     masked = [t for t, v in enumerate(rows["m"]) if v == "✓"]
     assert masked == sorted(tr["m"][0].tolist()) and len(masked) >= 3
+    names = [str(t - 1) for t in masked]              # the line above the table names them
+    assert f"masked: tokens {', '.join(names[:-1])} and {names[-1]}, in yellow" in body
     for t, (x, xm, xh, xc, rep) in enumerate(zip(rows["x"], rows["x_masked"], rows["x_hat"],
                                                  rows["x_corrupt"], rows["is_replaced"])):
         if t in masked:                         # shown as [MASK]; x_corrupt takes the sample
@@ -234,6 +236,8 @@ BAD = [  # (what, request arguments, status, words of the message)
     ("mask out of range", dict(query=dict(text=TEXT, mask="1,40")), 400,
      "Mask position 40 is out of range"),
     ("mask negative", dict(query=dict(text=TEXT, mask="-1")), 400, "out of range"),
+    ("mask a 23-digit number", dict(query=dict(text=TEXT, mask="9" * 23)), 400,
+     "Mask position 999999999999... is out of range"),
     ("mask word not there", dict(query=dict(text=TEXT, mask="pizza")), 400, "no such"),
     ("click out of range", dict(query=dict(text=TEXT, toggle=99)), 400, "out of range"),
     ("huge body, announced", dict(method="POST", body=b"text=" + b"a" * 1000, headers={

@@ -34,10 +34,12 @@ def test_matches_a_hand_computation_with_padding():
     keep = torch.tensor([[True] * 5, [True, True, True, False, False]])
     with torch.no_grad():
         got = att(h, keep[:, None, None, :])
-        assert got.shape == (2, 5, 12)
-        assert torch.allclose(got, by_hand(att, h, keep), atol=1e-5)
+        assert got.shape == (2, 5, 12), f"shape (2, 5, 12) expected, got {tuple(got.shape)}"
+        assert torch.allclose(got, by_hand(att, h, keep), atol=1e-5), \
+            "should be softmax(q k^T / sqrt(d)) v per head (q, k, v in that order, head j at " \
+            "columns j d to (j + 1) d), masked keys getting no attention"
         assert torch.allclose(att(h, None), by_hand(att, h, torch.ones(2, 5, dtype=torch.bool)),
-                              atol=1e-5)
+                              atol=1e-5), "attn_mask None: every key allowed"
 
 
 def test_padded_keys_change_nothing():
@@ -48,7 +50,9 @@ def test_padded_keys_change_nothing():
     h2 = h.clone()
     h2[0, 4:] = torch.randn(2, 8) * 10                          # change what sits in the padding
     with torch.no_grad():
-        assert torch.allclose(att(h, keep)[0, :4], att(h2, keep)[0, :4], atol=1e-5)
+        assert torch.allclose(att(h, keep)[0, :4], att(h2, keep)[0, :4], atol=1e-5), \
+            "what sits at masked keys changed the output: masked keys should get no attention " \
+            "(attn_mask is True where attention is allowed)"
 
 
 def test_dropout_on_the_probabilities_in_training_only():
@@ -59,13 +63,15 @@ def test_dropout_on_the_probabilities_in_training_only():
     h = torch.randn(1, 4, 8)
     with torch.no_grad():
         ref = att.eval()(h)
-        assert torch.equal(ref, att(h))                        # eval: the same every call
+        assert torch.equal(ref, att(h)), "eval: no dropout, the same output every call"
         att.train()
         draws = att(h.expand(4000, 4, 8))                      # 4000 rows, 4000 draws at once
-        assert not torch.allclose(draws[0], draws[1])          # training: dropout is on
-        assert (draws.mean(0) - ref).abs().max() < 0.1, (draws.mean(0) - ref).abs().max()
+        assert not torch.allclose(draws[0], draws[1]), "training: dropout should be on"
+        gap = (draws.mean(0) - ref).abs().max().item()
+        assert gap < 0.1, f"training's mean output is {gap:.3f} off eval's: kept probabilities " \
+            f"should be scaled by 1 / (1 - p)"
         att.dropout = 0.0
-        assert torch.allclose(att(h), ref, atol=1e-6)          # p = 0: as eval
+        assert torch.allclose(att(h), ref, atol=1e-6), "dropout 0 in training should be eval"
 
 
 def test_dropout_drops_whole_probabilities():
@@ -84,4 +90,5 @@ def test_dropout_drops_whole_probabilities():
     kept = (got - 2 * v).abs().amax(-1) < 1e-5
     assert (dropped | kept).all(), "a head's output was partly dropped: dropout is not on the " \
                                    "probabilities"
-    assert 0.4 < dropped.float().mean().item() < 0.6           # p = 0.5 of them dropped
+    share = dropped.float().mean().item()
+    assert 0.4 < share < 0.6, f"{share:.2f} of the probabilities dropped, expected 0.5"

@@ -23,8 +23,12 @@ def test_hand_worked_example():
     m = masked_of(x, torch.tensor([[1, 3, 0]]), torch.tensor([[1.0, 1.0, 0.0]]))  # slot 3 unused
     x_hat = torch.tensor([[11, 50, 77]])        # slot 0 samples the original token 11
     x_corrupt, is_replaced = corrupt(x, m, x_hat)
-    assert x_corrupt.tolist() == [[10, 11, 12, 50, 14]]     # the unused slot left 10 alone
-    assert is_replaced.tolist() == [[False, False, False, True, False]]
+    assert x_corrupt.tolist() == [[10, 11, 12, 50, 14]], \
+        f"x_corrupt {x_corrupt.tolist()}, expected [[10, 11, 12, 50, 14]] (the unused slot " \
+        f"changes nothing)"
+    assert is_replaced.tolist() == [[False, False, False, True, False]], \
+        f"is_replaced {is_replaced.int().tolist()}, expected [[0, 0, 0, 1, 0]]: a sample " \
+        f"equal to the original (11) is real"
 
 
 def test_a_sample_equal_to_the_original_is_real():
@@ -37,10 +41,13 @@ def test_a_sample_equal_to_the_original_is_real():
     x_hat = torch.where(torch.rand(16, 6, generator=g) < 0.5, x.gather(1, positions),
                         torch.randint(100, 200, (16, 6), generator=g))     # half right, half new
     x_corrupt, is_replaced = corrupt(x, m, x_hat)
-    assert torch.equal(is_replaced, x_corrupt != x)
+    assert torch.equal(is_replaced, x_corrupt != x), \
+        "is_replaced should be x_corrupt != x (a sample equal to the original is real)"
     expect = torch.zeros_like(x, dtype=torch.bool).scatter(1, positions, x_hat >= 100)
-    assert torch.equal(is_replaced, expect)
-    assert torch.equal(x_corrupt.gather(1, positions), x_hat)
+    assert torch.equal(is_replaced, expect), \
+        "is_replaced should be True exactly where the sample differs from x (x left unchanged)"
+    assert torch.equal(x_corrupt.gather(1, positions), x_hat), \
+        "x_corrupt should hold each used slot's sample at its position"
 
 
 def test_unused_slots_change_nothing():
@@ -50,8 +57,11 @@ def test_unused_slots_change_nothing():
     x_corrupt, is_replaced = corrupt(x, m, torch.full((2, 3), 99))
     expect = x.clone()
     expect[0, 2], expect[1, 0], expect[1, 9] = 99, 99, 99
-    assert torch.equal(x_corrupt, expect)
-    assert is_replaced.sum() == 3 and is_replaced.dtype == torch.bool
+    assert torch.equal(x_corrupt, expect), \
+        f"x_corrupt {x_corrupt.tolist()}, expected {expect.tolist()}: unused slots change nothing"
+    assert is_replaced.dtype == torch.bool, f"is_replaced should be bool, got {is_replaced.dtype}"
+    assert is_replaced.sum() == 3, \
+        f"{int(is_replaced.sum())} tokens marked replaced, expected 3 (the used slots')"
 
 
 def test_unused_slots_that_repeat_a_used_position_change_nothing():
@@ -64,5 +74,8 @@ def test_unused_slots_that_repeat_a_used_position_change_nothing():
     x_corrupt, is_replaced = corrupt(x, m, x_hat)
     expect = x.clone()
     expect[0, 2], expect[0, 5], expect[1, 7] = 50, 51, 60
-    assert torch.equal(x_corrupt, expect)
-    assert torch.equal(is_replaced, expect != x)
+    assert torch.equal(x_corrupt, expect), \
+        f"x_corrupt {x_corrupt.tolist()}, expected {expect.tolist()}: an unused slot repeating " \
+        f"a used position must not write"
+    assert torch.equal(is_replaced, expect != x), \
+        f"is_replaced {is_replaced.int().tolist()}, expected {(expect != x).int().tolist()}"

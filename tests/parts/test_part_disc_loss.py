@@ -23,7 +23,9 @@ def test_hand_worked_value_over_the_mask():
     mask = [[True, True, True, False]]                       # the last token is padding
     got = disc_loss(torch.tensor(logits), torch.tensor(is_replaced), torch.tensor(mask))
     expect = (bce(2.0, True) + bce(-1.0, False) + bce(0.5, False)) / 3
-    assert got.item() == pytest.approx(expect, rel=1e-6)
+    assert got.item() == pytest.approx(expect, rel=1e-6), \
+        f"got {got.item():.6f}, expected {expect:.6f}: the mean over the 3 tokens in mask " \
+        f"(the padding left out)"
 
 
 def test_every_token_counts_when_no_mask_is_given():
@@ -32,7 +34,9 @@ def test_every_token_counts_when_no_mask_is_given():
     is_replaced = torch.rand(4, 9, generator=g) < 0.15
     got = disc_loss(logits, is_replaced).item()
     terms = [bce(logits[b, t].item(), bool(is_replaced[b, t])) for b in range(4) for t in range(9)]
-    assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+    assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5), \
+        f"got {got:.5f}, expected {sum(terms) / len(terms):.5f}: without a mask, the mean over " \
+        f"every token"
 
 
 def test_accurate_for_large_logits():
@@ -42,12 +46,15 @@ def test_accurate_for_large_logits():
     is_replaced = torch.tensor([[False, True, True, False, True]])
     got = disc_loss(logits, is_replaced)
     # two confident mistakes (a loss of 40 each, to 1e-17) and three confident right answers
-    assert got.item() == pytest.approx(80 / 5, rel=1e-6)
+    assert got.item() == pytest.approx(80 / 5, rel=1e-6), \
+        f"got {got.item():.4f}, expected 16: a confident mistake at logit ±40 costs 40 (from " \
+        f"the logit; a sigmoid in float32 rounds to 0 or 1)"
 
 
 def test_the_sign_replaced_is_a_positive_logit():
     rep = torch.tensor([[True]])
-    assert disc_loss(torch.tensor([[5.0]]), rep) < disc_loss(torch.tensor([[-5.0]]), rep)
+    assert disc_loss(torch.tensor([[5.0]]), rep) < disc_loss(torch.tensor([[-5.0]]), rep), \
+        "a replaced token should cost less at logit +5 than at -5: the logit scores 'replaced'"
 
 
 def test_float32_and_gradient_only_on_masked_tokens():
@@ -55,11 +62,16 @@ def test_float32_and_gradient_only_on_masked_tokens():
     is_replaced = torch.zeros(2, 6, dtype=torch.bool)
     mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
     loss = disc_loss(logits.bfloat16(), is_replaced, mask)
-    assert loss.dtype == torch.float32
+    assert loss.dtype == torch.float32, f"a float32 loss expected under bf16 logits, got {loss.dtype}"
     # computed in float32 from the bf16 values, not in bf16 and cast at the end
     z = logits.detach().bfloat16().double()[mask]
-    assert loss.item() == pytest.approx(torch.nn.functional.softplus(z).mean().item(), rel=1e-4)
+    want = torch.nn.functional.softplus(z).mean().item()
+    assert loss.item() == pytest.approx(want, rel=1e-4), \
+        f"got {loss.item():.5f}, expected {want:.5f}: compute in float32 from the bf16 logits, " \
+        f"the mean over the 9 tokens in mask"
     loss.backward()
-    assert (logits.grad[~mask] == 0).all() and (logits.grad[mask] != 0).all()
+    assert (logits.grad[~mask] == 0).all() and (logits.grad[mask] != 0).all(), \
+        "tokens in mask should get a gradient, tokens outside it none"
     expect = torch.sigmoid(logits.detach()) / 9                # d BCE / d logit, mean over 9
-    assert torch.allclose(logits.grad[mask], expect[mask], atol=1e-2)    # bf16 input
+    assert torch.allclose(logits.grad[mask], expect[mask], atol=1e-2), \
+        "the gradient should be sigmoid(logit) / 9 at each of the 9 tokens in mask"   # bf16 input

@@ -32,4 +32,6 @@ def test_l_disc_scores_only_the_used_mask_slots(monkeypatch, stand_in_attention)
     expect[0, [1, 4]] = True
     expect[1, [2, 3]] = True                                   # 8 is padding: never scored
     expect[2, [5, 6]] = True
-    assert torch.equal(got["mask"].bool(), expect)
+    assert torch.equal(got["mask"].bool(), expect), \
+        f"scored {got['mask'].int().tolist()}, expected {expect.int().tolist()}: the used slots' " \
+        f"positions within scored"

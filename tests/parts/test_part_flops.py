@@ -16,7 +16,10 @@ def test_a_worked_example():
     out = 2 * h * h + h                          # output projection and bias
     after_attn = (DROPOUT + 1 + LAYER_NORM) * h  # dropout, residual, LayerNorm
     ffn = 2 * h * f + f + GELU * f + 2 * f * h + h + (DROPOUT + 1 + LAYER_NORM) * h
-    assert block_flops(h, n, f, s) == qkv + scores + probs + values + out + after_attn + ffn
+    got, want = block_flops(h, n, f, s), qkv + scores + probs + values + out + after_attn + ffn
+    assert got == want, f"block_flops(4, 2, 8, 3) = {got}, expected {want}: qkv {qkv}, scores " \
+        f"{scores}, softmax/dropout/scale {probs}, values {values}, output {out}, after it " \
+        f"{after_attn}, FFN {ffn}"
 
 
 def test_table1_numbers():

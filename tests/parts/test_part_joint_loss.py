@@ -72,27 +72,36 @@ def test_the_value_is_mlm_plus_50_disc(rig):
     d_logits, _, mask = log["disc"]
     expect_mlm = (log["gen_logits"].float() ** 2).mean()
     expect_disc = (d_logits.float() * mask).sum() / mask.sum()
-    assert loss.item() == pytest.approx((expect_mlm + 50 * expect_disc).item(), rel=1e-5)
-    assert stats["mlm_loss"].item() == pytest.approx(expect_mlm.item(), rel=1e-5)
-    assert stats["disc_loss"].item() == pytest.approx(expect_disc.item(), rel=1e-5)
+    assert loss.item() == pytest.approx((expect_mlm + 50 * expect_disc).item(), rel=1e-5), \
+        f"loss {loss.item():.5f}, expected L_MLM + 50 L_Disc = " \
+        f"{(expect_mlm + 50 * expect_disc).item():.5f} (λ = self.disc_weight, on L_Disc)"
+    assert stats["mlm_loss"].item() == pytest.approx(expect_mlm.item(), rel=1e-5), \
+        "loss_mlm should be the L_MLM that self.generate returns"
+    assert stats["disc_loss"].item() == pytest.approx(expect_disc.item(), rel=1e-5), \
+        "loss_disc should be the L_Disc that self.discriminate returns"
 
 
 def test_d_reads_x_corrupt_built_from_g_samples(rig):
     model, batch, log, seen, x_corrupt = rig
     model(**batch)
     x_, masked_, x_hat = log["corrupt_args"]
-    assert torch.equal(x_, batch["x"]) and torch.equal(masked_.positions, batch["masked"].positions)
-    assert torch.equal(x_hat, log["gen_logits"].argmax(-1))     # G's samples, at the slots
-    assert torch.equal(seen["x"], x_corrupt)                     # D reads x_corrupt, not x
+    assert torch.equal(x_, batch["x"]) and torch.equal(masked_.positions, batch["masked"].positions), \
+        "corrupt should get x and the batch's masked"
+    assert torch.equal(x_hat, log["gen_logits"].argmax(-1)), \
+        "corrupt should get G's samples x̂ from self.generate"     # G's samples, at the slots
+    assert torch.equal(seen["x"], x_corrupt), "D should read x_corrupt, not x or x_masked"
     _, is_replaced, _ = log["disc"]
-    assert torch.equal(is_replaced, x_corrupt != batch["x"])
+    assert torch.equal(is_replaced, x_corrupt != batch["x"]), \
+        "L_Disc's labels should be corrupt's is_replaced"
 
 
 def test_l_disc_scores_every_real_token_not_only_the_masked_ones(rig):
     model, batch, log, _, _ = rig
     model(**batch)
     _, _, mask = log["disc"]
-    assert mask is not None and torch.equal(mask.bool(), batch["pad_mask"])
+    assert mask is not None and torch.equal(mask.bool(), batch["pad_mask"]), \
+        f"L_Disc scored {int(mask.sum()) if mask is not None else 'all'} tokens, expected every " \
+        f"real (non-padding) token, {int(batch['pad_mask'].sum())}, not only the masked ones"
 
 
 def test_no_gradient_from_l_disc_into_the_generator(rig):
@@ -100,9 +109,10 @@ def test_no_gradient_from_l_disc_into_the_generator(rig):
     _, stats = model(**batch)
     gen_only = [p for n, p in model.generator.named_parameters() if not n.startswith("embeddings")]
     grads = torch.autograd.grad(stats["disc_loss"], gen_only, allow_unused=True)
-    assert all(g is None or g.abs().sum() == 0 for g in grads)
+    assert all(g is None or g.abs().sum() == 0 for g in grads), "L_Disc reached G's weights"
     grads = torch.autograd.grad(stats["mlm_loss"], gen_only, allow_unused=True)
-    assert any(g is not None and g.abs().sum() > 0 for g in grads)       # L_MLM does reach G
+    assert any(g is not None and g.abs().sum() > 0 for g in grads), \
+        "L_MLM should reach G's weights (is loss_mlm detached?)"
 
 
 def own_weights(net):
@@ -120,7 +130,8 @@ def test_the_loss_trains_both_networks(rig):
         weights = own_weights(net)
         got = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
         want = torch.autograd.grad(stats[part], weights, retain_graph=True, allow_unused=True)
-        assert any(w is not None and w.abs().sum() > 0 for w in want)
+        assert any(w is not None and w.abs().sum() > 0 for w in want), \
+            f"{part} should have a gradient in {'D' if part == 'disc_loss' else 'G'}: is it detached?"
         assert all(g is not None and torch.allclose(g, scale * w, rtol=1e-4, atol=1e-6)
                    for g, w in zip(got, want) if w is not None), \
             f"the gradient of loss in {'D' if part == 'disc_loss' else 'G'} should be " \

@@ -11,8 +11,10 @@ def lrs_by_name(rule, layers=12):
     model = fg.Classifier(vocab_size=50, emb_size=8, max_len=32, enc=enc, n_out=2)
     groups = fg.layerwise_param_groups(model, 3e-4, 0.8, rule)
     lr_of = {n: g["lr"] for g in groups for n in g["names"]}
-    assert sorted(lr_of) == sorted(n for n, _ in model.named_parameters())   # each once
-    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    assert sorted(lr_of) == sorted(n for n, _ in model.named_parameters()), \
+        "every parameter's name should be in exactly one group"
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters())), \
+        "every parameter should be in exactly one group"
     return lr_of
 
 
@@ -27,11 +29,15 @@ def test_layerwise_learning_rates_follow_the_official_exponents():
                                                for i in range(12)}}
     lr_of = lrs_by_name("official")
     for key, depth in official.items():
-        assert lr_of[ours[key]] == pytest.approx(3e-4 * 0.8 ** (14 - depth)), key
-    assert lr_of["encoder.blocks.11.norm2.bias"] == pytest.approx(3e-4 * 0.64)   # top block
-    assert lr_of["embeddings.norm.weight"] == pytest.approx(3e-4 * 0.8 ** 14)
-    assert lr_of["head.bias"] == pytest.approx(3e-4)
-    assert len({round(v, 15) for v in lr_of.values()}) == 14   # depth 13 is never used
+        assert lr_of[ours[key]] == pytest.approx(3e-4 * 0.8 ** (14 - depth)), \
+            f"{ours[key]} (the official {key}, depth {depth}): lr {lr_of[ours[key]]:.3g}, " \
+            f"expected lr 0.8^{14 - depth} = {3e-4 * 0.8 ** (14 - depth):.3g}"
+    for name, power in (("encoder.blocks.11.norm2.bias", 2), ("embeddings.norm.weight", 14),
+                        ("head.bias", 0)):
+        assert lr_of[name] == pytest.approx(3e-4 * 0.8 ** power), \
+            f"{name}: lr {lr_of[name]:.3g}, expected lr 0.8^{power} = {3e-4 * 0.8 ** power:.3g}"
+    assert len({round(v, 15) for v in lr_of.values()}) == 14, \
+        "14 distinct learning rates expected for 12 layers (depth 13 is never used)"
 
 
 def test_layerwise_learning_rates_stated_rule_3_layers():
@@ -44,6 +50,7 @@ def test_layerwise_learning_rates_stated_rule_3_layers():
               "embeddings.norm.weight": 3e-4 * 0.8 ** 4,
               "encoder.proj.weight": 3e-4 * 0.8 ** 4}             # the projection: embeddings
     for name, lr in expect.items():
-        assert lr_of[name] == pytest.approx(lr), name
+        assert lr_of[name] == pytest.approx(lr), \
+            f"{name} (stated rule, 3 layers): lr {lr_of[name]:.3g}, expected {lr:.3g}"
     with pytest.raises(ValueError):
         lrs_by_name("sideways")

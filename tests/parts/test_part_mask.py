@@ -44,20 +44,27 @@ def test_exactly_k_real_positions_per_sequence_never_special():
     lo, hi = allowed_k(lengths - 2)
     k = out.weights.sum(1).long()
     bad = ((k < lo) | (k > hi)).nonzero().flatten().tolist()
-    assert not bad, [(int(lengths[i]) - 2, int(k[i]), int(lo[i]), int(hi[i])) for i in bad[:5]]
+    if bad:
+        i = bad[0]
+        want = f"{int(lo[i])}" if lo[i] == hi[i] else f"{int(lo[i])} or {int(hi[i])}"
+        assert not bad, f"{len(bad)} rows with the wrong k, e.g. {int(lengths[i]) - 2} real " \
+            f"tokens: {int(k[i])} used slots, expected {want} (round(0.15 n), at least 1, " \
+            f"at most n and K)"
     assert ((out.weights[:, 1:] <= out.weights[:, :-1]).all()), "used slots must come first"
     for i in range(300):
         used = out.positions[i][out.weights[i] > 0]
         assert len(set(used.tolist())) == len(used), "a position was chosen twice"
         assert all(x[i, p].item() not in SPECIAL for p in used), "a special token was masked"
     # targets are the original tokens at the chosen positions
-    assert torch.equal(out.targets, torch.gather(x, 1, out.positions))
+    assert torch.equal(out.targets, torch.gather(x, 1, out.positions)), \
+        "targets should be x at every slot's position"
     # unused slots change nothing; x_masked differs from x only at used positions. An unused
     # slot may repeat a used position, so "used" counts each position's used slots (a sum, the
     # same whatever order the slots are written in) instead of scattering True / False.
     changed = (out.x_masked != x)
     allowed = torch.zeros(x.shape).scatter_add(1, out.positions, out.weights.float()) > 0
-    assert not (changed & ~allowed).any()
+    assert not (changed & ~allowed).any(), \
+        "x_masked differs from x at a position no used slot holds"
 
 
 def test_electra_85_15_split_and_no_random_tokens():
@@ -68,8 +75,11 @@ def test_electra_85_15_split_and_no_random_tokens():
     orig = out.targets[used]
     frac_mask = (shown == MASK).float().mean().item()
     frac_kept = (shown == orig).float().mean().item()
-    assert abs(frac_mask - 0.85) < 0.01 and abs(frac_kept - 0.15) < 0.01
-    assert int((shown == MASK).sum() + (shown == orig).sum()) == len(shown)   # nothing random
+    assert abs(frac_mask - 0.85) < 0.01 and abs(frac_kept - 0.15) < 0.01, \
+        f"{frac_mask:.3f} of used positions show [MASK] and {frac_kept:.3f} keep their token, " \
+        f"expected 0.85 and 0.15 (per slot)"
+    assert int((shown == MASK).sum() + (shown == orig).sum()) == len(shown), \
+        "with random_prob 0 a used position shows [MASK] or itself, never a random token"
 
 
 def test_bert_80_10_10_split():
@@ -82,10 +92,12 @@ def test_bert_80_10_10_split():
     is_mask = shown == MASK
     is_kept = shown == orig
     # a random token equal to the original looks "kept": 1/90 of the 10 % random ones
-    assert abs(is_mask.float().mean().item() - 0.80) < 0.01
-    assert abs(is_kept.float().mean().item() - (0.10 + 0.10 / 90)) < 0.01
-    assert abs((~is_mask & ~is_kept).float().mean().item() - 0.10 * 89 / 90) < 0.01
-    assert (shown[~is_mask] < 90).all()            # random tokens are never special
+    shares = [t.float().mean().item() for t in (is_mask, is_kept, ~is_mask & ~is_kept)]
+    assert abs(shares[0] - 0.80) < 0.01 and abs(shares[1] - (0.10 + 0.10 / 90)) < 0.01 and \
+        abs(shares[2] - 0.10 * 89 / 90) < 0.01, \
+        f"[MASK] / kept / random: {shares[0]:.3f} / {shares[1]:.3f} / {shares[2]:.3f} of used " \
+        f"positions, expected 0.80 / 0.10 / 0.10"
+    assert (shown[~is_mask] < 90).all(), "random tokens should be ids below n_random (never special)"
 
 
 def test_masks_are_fresh_each_time_but_reproducible_from_a_seed():
@@ -93,8 +105,9 @@ def test_masks_are_fresh_each_time_but_reproducible_from_a_seed():
     a = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5))
     b = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5))
     c = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(6))
-    assert torch.equal(a.positions, b.positions)
-    assert not torch.equal(a.positions, c.positions)
+    assert torch.equal(a.positions, b.positions), "the same generator seed should give the same mask"
+    assert not torch.equal(a.positions, c.positions), \
+        "another seed should give another mask: draw every random number from `generator`"
 
 
 def test_positions_are_uniform_over_real_tokens():
@@ -103,14 +116,16 @@ def test_positions_are_uniform_over_real_tokens():
     counts = torch.zeros(32)
     counts.index_add_(0, out.positions[out.weights > 0], torch.ones(int(out.weights.sum())))
     real = counts[1:-1]
-    assert counts[0] == 0 and counts[-1] == 0
+    assert counts[0] == 0 and counts[-1] == 0, "[CLS] or [SEP] was chosen"
     # each count is binomial-like: within 5 standard deviations of the mean
-    assert ((real - real.mean()).abs() < 5 * real.mean().sqrt()).all()
+    assert ((real - real.mean()).abs() < 5 * real.mean().sqrt()).all(), \
+        f"positions should be uniform over the real tokens: each chosen {real.min().item():.0f} " \
+        f"to {real.max().item():.0f} times, expected about {real.mean().item():.0f}"
     # a uniform k-subset, not only uniform positions: every pair of real positions is chosen
     # together k (k - 1) / (n (n - 1)) of the time (a run of k neighbours from a random start,
     # or one position from each of k stretches, chooses each position as often but not pairs)
     k = int(out.weights[0].sum())
-    assert (out.weights.sum(1) == k).all()
+    assert (out.weights.sum(1) == k).all(), "rows of the same length should use the same k"
     chosen = torch.zeros(8000, 32).scatter_add_(1, out.positions, out.weights)[:, 1:-1]
     together = chosen.T @ chosen                                  # (30, 30) co-occurrences
     pairs = together[torch.triu(torch.ones(30, 30, dtype=torch.bool), diagonal=1)]

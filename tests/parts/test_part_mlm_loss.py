@@ -19,7 +19,9 @@ def test_hand_worked_value_over_used_slots_only():
     targets, weights = [[0, 2, 1]], [[1.0, 1.0, 0.0]]                     # slot 3 unused
     got = mlm_loss(torch.tensor(logits), torch.tensor(targets), torch.tensor(weights))
     expect = (nll(logits[0][0], 0) + nll(logits[0][1], 2)) / 2
-    assert got.item() == pytest.approx(expect, rel=1e-6)
+    assert got.item() == pytest.approx(expect, rel=1e-6), \
+        f"got {got.item():.6f}, expected {expect:.6f}: the mean of -log softmax at the targets " \
+        f"over the 2 used slots (the unused third left out)"
 
 
 def test_mean_over_used_slots_in_a_batch():
@@ -30,7 +32,9 @@ def test_mean_over_used_slots_in_a_batch():
     got = mlm_loss(logits, targets, weights).item()
     terms = [nll(logits[b, k].tolist(), targets[b, k].item())
              for b in range(3) for k in range(4) if weights[b, k] > 0]
-    assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+    assert got == pytest.approx(sum(terms) / len(terms), rel=1e-5), \
+        f"got {got:.5f}, expected {sum(terms) / len(terms):.5f}: the mean over all {len(terms)} " \
+        f"used slots of the batch (not a sum, not a mean of row means)"
 
 
 def test_accurate_for_large_logits():
@@ -48,13 +52,16 @@ def test_float32_under_bf16_logits_and_gradient():
     targets = torch.randint(0, 30000, (2, 3), generator=torch.Generator().manual_seed(2))
     weights = torch.ones(2, 3)
     a = mlm_loss(logits.bfloat16(), targets, weights)
-    assert a.dtype == torch.float32
+    assert a.dtype == torch.float32, f"a float32 loss expected under bf16 logits, got {a.dtype}"
     # computed in float32 from the bf16 values, not in bf16 and cast at the end (which is off
     # by some 1e-3)
     exact = -torch.log_softmax(logits.bfloat16().double(), -1).gather(-1, targets[..., None])
-    assert a.item() == pytest.approx(exact.mean().item(), rel=1e-4)
+    assert a.item() == pytest.approx(exact.mean().item(), rel=1e-4), \
+        f"got {a.item():.5f}, expected {exact.mean().item():.5f}: compute in float32 from the " \
+        f"bf16 logits, not in bf16"
     leaf = logits.clone().requires_grad_(True)
     mlm_loss(leaf, targets, weights).backward()
     # d/dlogits of the mean NLL: (softmax - onehot) / 6 at each slot
     expect = (torch.softmax(logits, -1) - torch.nn.functional.one_hot(targets, 30000)) / 6
-    assert torch.allclose(leaf.grad, expect, atol=1e-6)
+    assert torch.allclose(leaf.grad, expect, atol=1e-6), \
+        "the gradient should be (softmax - onehot(target)) / 6 at each of the 6 used slots"
