@@ -42,9 +42,9 @@ class Masked(NamedTuple):
     unused slot may hold any position (a used slot's again included), with x there as target,
     and nothing may read it as masked or write through it (`corrupt`, `ELECTRA15`)."""
     x_masked: torch.Tensor    # (B, T) x with the chosen positions replaced: G's (or BERT's) input
-    positions: torch.Tensor   # (B, K) m, the chosen positions (unused slots: any position)
+    positions: torch.Tensor   # (B, K) int64 m, the chosen positions (unused slots: any position)
     targets: torch.Tensor     # (B, K) x at each slot's position: the labels of L_MLM
-    weights: torch.Tensor     # (B, K) 1.0 for a used slot, 0.0 for an unused one
+    weights: torch.Tensor     # (B, K) float32: 1.0 for a used slot, 0.0 for an unused one
 
     def to(self, device, non_blocking=False):
         return Masked(*(t.to(device, non_blocking=non_blocking) for t in self))
@@ -86,10 +86,11 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     a uniformly random k-subset in the first k slots; $x^masked$ differs from x at used
     positions only; targets is x at every slot's position.
 
-    A chosen position shows [MASK] (share `replace_prob`), a random id below n_random
-    (`random_prob`) or its own token. The paper's §2 shows [MASK] everywhere; the official
-    code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for ELECTRA
-    and §3.5's 80 / 10 / 10 % for BERT."""
+    Each chosen position shows [MASK] with probability `replace_prob`, a random id below
+    n_random with probability `random_prob`, else its own token: a draw per position, as the
+    official code, not an exact share of each row. The paper's §2 shows [MASK] everywhere; the
+    official code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for
+    ELECTRA and §3.5's 80 / 10 / 10 % for BERT."""
     # BEGIN ASSIGNMENT mask
     # 15 % of the chosen tokens are shown as they are because the official code does so
     # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the

@@ -32,15 +32,16 @@ PARTS = [
     Part("mask", "Choose the positions to mask", "objectives.py: mask_tokens", "§2, Appendix A",
          "m = k distinct positions drawn uniformly from the n real tokens, k = round(0.15 n);  "
          "x_masked = REPLACE(x, m, [MASK])",
-         "x (B, T) ids -> Masked(x_masked, positions, targets, weights): n = the real tokens of "
-         "a row (never a special token); k = round(mask_prob * n) to the nearest integer (a tie "
-         "at .5 either way), at least 1, at most n and K (0 for a row without real tokens); "
-         "k distinct positions, uniformly at "
-         "random, in the first k of K fixed slots (weight 1); the unused slots (weight 0) may "
-         "hold any position, a used one again included; targets = x at every slot's position; "
-         "x_masked differs from x at used positions only: of them, replace_prob show [MASK], "
-         "random_prob a random id below n_random, the rest themselves. The same `generator` "
-         "seed gives the same mask.",
+         "x (B, T) ids -> Masked(x_masked, positions (B, K) int64, targets, weights (B, K) "
+         "float32): n = the real tokens of a row (never a special token); k = round(mask_prob * "
+         "n) to the nearest integer (a tie at .5 either way), at least 1, at most n and K (0 for "
+         "a row without real tokens); k distinct positions, uniformly at random, in the first k "
+         "of K fixed slots (weight 1.0); the unused slots (weight 0.0) may hold any position, a "
+         "used one again included; targets = x at every slot's position; x_masked differs from "
+         "x at used positions only, each of which shows [MASK] with probability replace_prob, a "
+         "random id below n_random with probability random_prob, else itself (a draw per "
+         "position, not an exact share of each row). The same `generator` seed gives the same "
+         "mask.",
          "return Masked: per row, k = round(mask_prob * n) of the n real tokens chosen uniformly "
          "at random without repeats, in the first k slots, and x_masked showing [MASK], a random "
          "id or the token itself at them",

@@ -90,6 +90,9 @@ def test_mask__a_fully_padded_row_and_a_row_with_one_real_token():
     lengths = [0, 3, 4, 7, 22, 40]
     x = rows(lengths, 40, seed=11)
     out = mask_tokens(x, SPECIAL, MASK, 7, generator=torch.Generator().manual_seed(12))
+    assert out.positions.dtype == torch.int64 and out.weights.dtype == torch.float32, \
+        f"positions should be int64 and weights float32, got {out.positions.dtype} and " \
+        f"{out.weights.dtype}"
     ks = check_mask(x, out, 7, 0.15)
     assert ks[0] == 0 and torch.equal(out.x_masked[0], x[0]), \
         "a fully padded row has no real token: nothing to mask, x_masked equal to x"
@@ -149,7 +152,7 @@ def test_mask__a_separator_mid_row_and_uniform_positions():
     assert ((real - expect).abs() < 5 * math.sqrt(expect)).all(), \
         f"positions should be uniform over the real tokens: counts {real.tolist()}"
     # a uniform 3-subset: each pair of real tokens chosen together 3 * 2 / (18 * 17) of the time
-    chosen = torch.zeros(B, T).scatter_add_(1, out.positions, out.weights)   # unused add 0
+    chosen = torch.zeros(B, T).scatter_add_(1, out.positions, out.weights.float())   # unused: 0
     chosen = torch.cat([chosen[:, 1:10], chosen[:, 11:20]], 1)
     together = chosen.T @ chosen
     pairs = together[torch.triu(torch.ones(18, 18, dtype=torch.bool), diagonal=1)]
@@ -169,8 +172,16 @@ def test_mask__half_mask_half_random_tokens():
     shown, orig = out.x_masked.gather(1, out.positions)[used], out.targets[used]
     is_mask = (shown == MASK).float().mean().item()
     kept = (shown == orig).float().mean().item()
-    assert abs(is_mask - 0.5) < 0.02, f"{is_mask:.3f} of used positions show [MASK], expected 0.5"
+    assert abs(is_mask - 0.5) < 0.02, f"{is_mask:.3f} of used positions show [MASK], expected " \
+        f"0.5 (a draw per position, not an exact share of each row)"
     assert kept < 0.01, f"{kept:.3f} kept their token, expected ~0.5 / 400 (random ones only)"
+    # 22 real tokens: k = 3 used slots a row, all three [MASK] in 0.5^3 of rows if drawn per
+    # position (one draw per row: half the rows; an exact share of each row: none or all)
+    all_mask = ((out.x_masked.gather(1, out.positions) == MASK) | ~used).all(1)
+    share = all_mask.float().mean().item()
+    assert abs(share - 0.125) < 0.04, \
+        f"{share:.3f} of rows show [MASK] at all 3 used positions, expected 0.125: a draw per " \
+        f"position, not one per row or an exact share of each row"
     assert (shown[shown != MASK] < 400).all(), "random ids should be below n_random"
 
 

@@ -1,10 +1,12 @@
 """Part 1, mask (objectives.mask_tokens). Masking (§2, footnote 3; Appendix A): k distinct
 positions among the n real tokens of each sequence, k = round(0.15 n) to the nearest integer (a
 tie at .5 either way: torch.round and floor(x + 0.5) both pass), at least 1 and at most n and
-K; never a special token; the k positions in the first k of K slots (weight 1), the unused
-slots (weight 0) holding any position - distinct or repeating a used one, as Masked allows -
-and targets x at every slot's position; x_masked differs from x at used positions only; 85 %
-[MASK] / 15 % kept for ELECTRA, 80/10/10 for BERT; static shapes."""
+K; never a special token; the k positions in the first k of K slots (weight 1.0), the unused
+slots (weight 0.0) holding any position - distinct or repeating a used one, as Masked allows -
+and targets x at every slot's position; positions int64, weights float32; x_masked differs from
+x at used positions only, each showing [MASK] with probability replace_prob (85 % for ELECTRA,
+80 % for BERT), a random id with probability random_prob (BERT's 10 %), else itself - a draw per
+position, not an exact share of each row; static shapes."""
 import torch
 
 from objectives import mask_tokens
@@ -41,6 +43,9 @@ def test_exactly_k_real_positions_per_sequence_never_special():
                          torch.tensor([32, 72, 112, 3, 4, 128])])
     x = batch(300, 128, lengths)
     out = mask_tokens(x, SPECIAL, MASK, 19, generator=g)
+    assert out.positions.dtype == torch.int64 and out.weights.dtype == torch.float32, \
+        f"positions should be int64 and weights float32 (1.0 used, 0.0 unused), got " \
+        f"{out.positions.dtype} and {out.weights.dtype}"
     lo, hi = allowed_k(lengths - 2)
     k = out.weights.sum(1).long()
     bad = ((k < lo) | (k > hi)).nonzero().flatten().tolist()
@@ -77,9 +82,18 @@ def test_electra_85_15_split_and_no_random_tokens():
     frac_kept = (shown == orig).float().mean().item()
     assert abs(frac_mask - 0.85) < 0.01 and abs(frac_kept - 0.15) < 0.01, \
         f"{frac_mask:.3f} of used positions show [MASK] and {frac_kept:.3f} keep their token, " \
-        f"expected 0.85 and 0.15 (per slot)"
+        f"expected 0.85 and 0.15: each used position shows [MASK] with probability replace_prob " \
+        f"(a draw per position, not an exact share of each row)"
     assert int((shown == MASK).sum() + (shown == orig).sum()) == len(shown), \
         "with random_prob 0 a used position shows [MASK] or itself, never a random token"
+    # a draw per position: every row has k = 19 used slots, all 19 show [MASK] in 0.85^19 = 4.6 %
+    # of rows (one draw per row: 85 %; an exact share of each row, 16 of 19: none)
+    all_mask = ((torch.gather(out.x_masked, 1, out.positions) == MASK) | ~used).all(1)
+    share = all_mask.float().mean().item()
+    assert abs(share - 0.85 ** 19) < 0.03, \
+        f"{share:.3f} of rows show [MASK] at all their 19 used positions, expected " \
+        f"0.85^19 = {0.85 ** 19:.3f}: draw [MASK] or kept for each position on its own, not " \
+        f"once per row or as an exact share of each row"
 
 
 def test_bert_80_10_10_split():
@@ -96,7 +110,8 @@ def test_bert_80_10_10_split():
     assert abs(shares[0] - 0.80) < 0.01 and abs(shares[1] - (0.10 + 0.10 / 90)) < 0.01 and \
         abs(shares[2] - 0.10 * 89 / 90) < 0.01, \
         f"[MASK] / kept / random: {shares[0]:.3f} / {shares[1]:.3f} / {shares[2]:.3f} of used " \
-        f"positions, expected 0.80 / 0.10 / 0.10"
+        f"positions, expected 0.80 / 0.10 / 0.10 (a draw per position with probabilities " \
+        f"replace_prob and random_prob, not an exact share of each row)"
     assert (shown[~is_mask] < 90).all(), "random tokens should be ids below n_random (never special)"
 
 
@@ -126,7 +141,7 @@ def test_positions_are_uniform_over_real_tokens():
     # or one position from each of k stretches, chooses each position as often but not pairs)
     k = int(out.weights[0].sum())
     assert (out.weights.sum(1) == k).all(), "rows of the same length should use the same k"
-    chosen = torch.zeros(8000, 32).scatter_add_(1, out.positions, out.weights)[:, 1:-1]
+    chosen = torch.zeros(8000, 32).scatter_add_(1, out.positions, out.weights.float())[:, 1:-1]
     together = chosen.T @ chosen                                  # (30, 30) co-occurrences
     pairs = together[torch.triu(torch.ones(30, 30, dtype=torch.bool), diagonal=1)]
     expect = 8000 * k * (k - 1) / (30 * 29)
