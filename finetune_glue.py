@@ -122,8 +122,8 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
     $i + 1$ (so the top block gets $0.8^2 = 0.64$ of η), the embeddings and their projection at
     0 ($0.8^{14} ≈ 0.044$ of η for $L = 12$); no parameter sits at $L + 1$.
     rule "stated": one factor per layer below the head, the rule as usually described: the
-    top block at 0.8 η, block i at $η ⋅ 0.8^{L − i}$, the embeddings at
-    $η ⋅ 0.8^{L + 1}$."""
+    head at η (depth $L + 2$, as "official"), the top block at 0.8 η, block i at
+    $η ⋅ 0.8^{L − i}$, the embeddings and their projection at $η ⋅ 0.8^{L + 1}$."""
     if rule not in ("official", "stated"):
         raise ValueError(f"unknown layer-decay rule {rule!r}: use 'official' or 'stated'")
     L = len(model.encoder.blocks)

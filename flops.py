@@ -31,9 +31,9 @@ def embedding_flops(vocab, emb, hidden, seq):
 def block_flops(hidden, heads, ffn, seq):
     """One post-LN Transformer block's FLOPs per token (it attends over `seq` positions), by
     Appendix E's rules (above; a bias costs n). Counted: q, k, v with biases; the scores; softmax,
-    dropout and the $1 / √d$ scale per head; the weighted sum of v; the output projection with
-    bias; the FFN's two matmuls with biases and GELU; dropout, residual and LayerNorm after
-    attention and after the FFN."""
+    dropout and the $1 / √d$ scale on each head's `seq` scores; the weighted sum of v; the output
+    projection with bias; the FFN's two matmuls with biases and GELU; dropout, residual and
+    LayerNorm after attention and after the FFN."""
     # BEGIN ASSIGNMENT flops
     attn = (3 * 2 * hidden * hidden + 3 * hidden        # q, k, v projections and biases
             + 2 * hidden * seq                          # q . k scores over all heads

@@ -123,7 +123,7 @@ PARTS = [
          "Fill `groups`: one dict per distinct power, {'params', 'names', 'lr'}, keyed by the "
          "power, every parameter in exactly one; rule 'official' as above (head.* at L + 2, "
          "encoder.blocks.<i>.* at i + 1, everything else - the embeddings and encoder.proj - at "
-         "0), rule 'stated' with block i at i + 2, the rest at 1.",
+         "0), rule 'stated' with the head at L + 2 too, block i at i + 2, everything else at 1.",
          "put every parameter in groups[power], power = L + 2 - its depth, with lr * decay ** "
          "power",
          "Why should the lower layers move less during fine-tuning?"),
@@ -140,7 +140,8 @@ PARTS = [
          "a matmul of an m-vector by an m x n matrix costs 2mn; elementwise ops by their "
          "operations (LAYER_NORM, GELU, SOFTMAX, DROPOUT per element)",
          "(hidden, heads, ffn, seq) -> the exact FLOPs per token of one post-LN block: q, k, v "
-         "with biases, scores, softmax + dropout + scale per head, weighted sum, output "
+         "with biases, scores, softmax + dropout + 1/sqrt(d) scale on each head's seq scores, "
+         "weighted sum, output "
          "projection with bias, FFN (both matmuls with biases, GELU), the two dropout + "
          "residual + LayerNorm.",
          "return the FLOPs per token of one block, every matmul, bias and elementwise operation "
