@@ -370,8 +370,42 @@ def _assert_source(path, lineno):
     return ""
 
 
+_REGIONS = {}                               # file -> its assignment bodies, read once
+
+
+def _regions(path):
+    """The assignment bodies of a file of the grading folder: [(part, BEGIN line, END line)]."""
+    if path not in _REGIONS:
+        found, begun = [], {}
+        try:
+            if Path(path).resolve().is_relative_to(Path.cwd().resolve()):
+                text = Path(path).read_text(encoding="utf-8")
+                for i, line in enumerate(text.splitlines(), 1):
+                    marker = re.fullmatch(r"\s*# (BEGIN|END) ASSIGNMENT (\w+)\s*", line)
+                    if marker and marker.group(1) == "BEGIN":
+                        begun[marker.group(2)] = i
+                    elif marker and marker.group(2) in begun:
+                        found.append((marker.group(2), begun.pop(marker.group(2)), i))
+        except (OSError, UnicodeDecodeError, ValueError):
+            pass
+        _REGIONS[path] = found
+    return _REGIONS[path]
+
+
+def _where(traceback):
+    """Where in a part's body an exception was raised, 'encoder.py, line 2 of the attention
+    body' (the innermost such frame), or "" when none of its frames is in a body."""
+    for entry in reversed(list(traceback)):
+        path, lineno = str(entry.path), entry.lineno + 1          # entry.lineno counts from 0
+        for part, begin, end in _regions(path):
+            if begin < lineno < end:
+                return f"{Path(path).name}, line {lineno - begin} of the {part} body"
+    return ""
+
+
 def _message(report):
-    """A failed test's one line: the assertion's message or the exception, never a traceback."""
+    """A failed test's one line: the assertion's message or the exception, never a traceback;
+    an exception raised in a part's body says where (its line within the body)."""
     longrepr = report.longrepr
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None:
@@ -398,7 +432,10 @@ def _message(report):
     if line == "assert False" and crash is not None:
         checked = _assert_source(crash.path, crash.lineno)
         line = f"failed: {checked}" if checked else line
-    return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
+    where = getattr(report, "raised_in_body", "")
+    where = f" ({where})" if where else ""
+    room = MESSAGE_CHARS - len(where)
+    return (line if len(line) <= room else line[:room - 3] + "...") + where
 
 
 if _LOG:
@@ -508,6 +545,18 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 if _LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        """A failure raised inside a part's body (not by a test's own assertion) keeps where."""
+        outcome = yield
+        if call.excinfo is not None:
+            try:
+                where = _where(call.excinfo.traceback)
+            except Exception:                  # never let the location cost the report
+                where = ""
+            if where:
+                outcome.get_result().raised_in_body = where
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         """After a part's last test: a part that left processes or threads running, or changed

@@ -295,6 +295,9 @@ def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_
         else:
             assert t["score"] == t["max_score"], (part, kind, t["output"])
     assert f"objectives.py, line {x_line}: SyntaxError" in entries["mask", "public"]["output"]
+    # an exception raised in a body says where: the line within the body, as the student wrote it
+    assert entries["mlm_loss", "public"]["output"].endswith(
+        "(objectives.py, line 1 of the mlm_loss body)"), entries["mlm_loss", "public"]["output"]
     assert "stopped after 3 s" in entries["disc_loss", "hidden"]["output"]
     assert left_running(tmp_path / "autograder") == []        # the fork was stopped
 
@@ -493,6 +496,15 @@ def test_a_bare_assert_that_fails_says_what_it_checked(tmp_path):
                      "2000000000 bytes. Error code 12 (Cannot allocate memory)")
     assert runner._message(report) == ("out of memory: a tensor of 2,000 MB more did not fit "
                                        "(the grader has 768 MB in all)")
+    # raised in a part's body: where, kept when a long message is cut
+    report.raised_in_body = "encoder.py, line 2 of the attention body"
+    crash.message = "NameError: name 'math' is not defined"
+    assert runner._message(report) == ("NameError: name 'math' is not defined (encoder.py, "
+                                       "line 2 of the attention body)")
+    crash.message = "RuntimeError: " + "x" * 400
+    line = runner._message(report)
+    assert len(line) == runner.MESSAGE_CHARS and line.endswith(
+        "xx... (encoder.py, line 2 of the attention body)"), line
 
 
 def test_what_a_test_printed_is_not_kept_for_the_parts_after_it(tmp_path):
