@@ -273,6 +273,15 @@ ALTERNATIVES = [{
         "        groups[power] = dict(params=[], names=[], lr=lr * decay ** power)",
         "    groups[power]['params'].append(p)",
         "    groups[power]['names'].append(name)"],
+    # one slot at a time, the used rows of each slot marked by indexing
+    "electra15": [
+        "rows = torch.arange(x.shape[0])",
+        "in_m = torch.zeros_like(scored, dtype=torch.bool)",
+        "for j in range(masked.positions.shape[1]):",
+        "    used = masked.weights[:, j] > 0",
+        "    in_m[rows[used], masked.positions[used, j]] = True",
+        "return super().discriminate(x, x_corrupt, is_replaced, masked, scored & in_m,",
+        "                            pad_mask=pad_mask, segment_ids=segment_ids)"],
     # d = hidden / heads as a float, a matmul helper
     "flops": [
         "def mm(m, n):",
@@ -337,6 +346,13 @@ ALTERNATIVES = [{
         "if self.training and self.dropout > 0:",
         "    p = F.dropout(p, p=self.dropout)",
         "return self.out(torch.einsum('bhqk,bkhd->bqhd', p, v).reshape(B, T, H))"],
+    # the Adam ratio and the decay in float64, cast back to the parameter's dtype
+    "adam": [
+        "for p, g, m_, v_ in zip(params, grads, m, v):",
+        "    m_.mul_(b1).add_(g, alpha=1 - b1)",
+        "    v_.mul_(b2).addcmul_(g, g, value=1 - b2)",
+        "    ratio = m_.double() / (v_.double().sqrt() + eps) + wd * p.double()",
+        "    p.sub_((lr * ratio).to(p.dtype))"],
 }]
 
 
