@@ -613,6 +613,10 @@ WRONG = [{
                  "(nll * weights.flatten()).mean()"),
     # D scores only the positions G filled ([MASK] in x_masked), not every real token
     "joint_loss": ("scored = real_tokens(x, pad_mask)", "scored = masked.x_masked != x"),
+}, {
+    # [MASK] or kept drawn once per row, not per position: a row's chosen tokens all [MASK] or
+    # all kept (the share of [MASK] is still 85 %: only the rows tell)
+    "mask": ("u = torch.rand(B, n_slots,", "u = torch.rand(B, 1,"),
 }]
 
 # Plausible wrong answers that only the hidden tests catch: the edge cases the public tests
