@@ -111,7 +111,8 @@ SIZES = {"small": {},
 SIZES["laptop_deep"] = dict(SIZES["laptop"], disc=replace(SIZES["laptop"]["disc"], layers=2))
 
 # The demo corpus's vocabulary when a run gives no --data: 8,192 for the laptop recipes (with
-# 30,522, 95 % of a one-block D would be embeddings), the official 30,522 for the others.
+# 30,522, 95 % of a one-block D would be embeddings), the official 30,522
+# (configure_pretraining.py) for the others.
 DEMO_VOCAB = {"laptop": 8192, "laptop_deep": 8192}
 
 

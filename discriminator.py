@@ -20,7 +20,8 @@ from encoder import Embeddings, Encoder, EncoderConfig
 
 class Discriminator(nn.Module):
     """ELECTRA-Small's D: 12 layers, hidden 256, 4 heads, FFN 1024 (Table 6), on the shared
-    embeddings, with the official code's head per token: dense(256), GELU, dense(1)."""
+    embeddings, with the official code's head per token (run_pretraining.py): dense(256), GELU,
+    dense(1)."""
 
     def __init__(self, cfg: EncoderConfig, embeddings: Embeddings):
         super().__init__()
@@ -35,7 +36,7 @@ class Discriminator(nn.Module):
         return self.encoder(self.embeddings(x, segment_ids), pad_mask)
 
     def forward(self, x_corrupt, pad_mask=None, segment_ids=None):
-        """Per-token logits of "replaced" for x_corrupt, (B, T)."""
+        """Per-token logits of "replaced" for $x^corrupt$, (B, T)."""
         h = self.hidden(x_corrupt, pad_mask, segment_ids)
         return self.head_out(F.gelu(self.head_dense(h))).squeeze(-1)
 

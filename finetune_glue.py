@@ -61,8 +61,8 @@ class Classifier(nn.Module):
         self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(enc.hidden, n_out)
-        # The official head is a bare tf.layers.dense: Glorot uniform (encoder.init_weights),
-        # ~4x larger weights than N(0, 0.02).
+        # The official head (classification_tasks.py) is a bare tf.layers.dense: Glorot uniform
+        # (encoder.init_weights), ~4x larger weights than N(0, 0.02).
         self.head.glorot = True
         init_weights(self.head)
 

@@ -90,7 +90,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
 def decay_groups(named_params, weight_decay):
     """Two parameter groups: weights that decay, and biases and LayerNorm parameters that do
-    not (as the official code: shrinking a bias or a LayerNorm gain regularises nothing)."""
+    not (as the official code, model/optimization.py: shrinking a bias or a LayerNorm gain
+    regularises nothing)."""
     decay, no_decay = [], []
     for name, p in named_params:
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)

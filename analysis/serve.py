@@ -68,11 +68,15 @@ SUFFIX_TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=
 
 
 def list_annotated(folder=ANNOTATED):
-    """{name: path} of the Annotated pages' files, listed once at start-up: a request names one
-    of these keys, never a path."""
-    if not Path(folder).is_dir():
+    """{name: path} of the Annotated pages' files and of their pictures (`figures/NAME`),
+    listed once at start-up: a request names one of these keys, never a path."""
+    folder = Path(folder)
+    if not folder.is_dir():
         return {}
-    return {f.name: f for f in sorted(Path(folder).iterdir()) if f.is_file() and
+    files = sorted(folder.iterdir())
+    if (folder / "figures").is_dir():
+        files += sorted((folder / "figures").iterdir())
+    return {f.relative_to(folder).as_posix(): f for f in files if f.is_file() and
             f.suffix in SUFFIX_TYPES and re.fullmatch(r"[\w.-]+", f.name)}
 
 

@@ -303,6 +303,12 @@ def nav(k):
     return " ".join(parts)
 
 
+def png_width(path):
+    """The width in pixels of a PNG file (its IHDR header), or None for anything else."""
+    head = Path(path).read_bytes()[:24]
+    return int.from_bytes(head[16:20], "big") if head[:8] == b"\x89PNG\r\n\x1a\n" else None
+
+
 def figure_html(fig, markdown, root, out, links):
     """A figure block, its caption linked as the notes are; copies its image into out/figures/.
     AnnotateError if it is missing."""
@@ -318,8 +324,13 @@ def figure_html(fig, markdown, root, out, links):
     else:
         (out / "figures").mkdir(exist_ok=True)
         shutil.copyfile(src, out / "figures" / src.name)
-        body, kind = (f'<a href="figures/{src.name}"><img src="figures/{src.name}" '
-                      f'alt="{html.escape(fig.alt)}"></a>', "image")     # a click: full size
+        # a click: full size; on a phone the picture keeps most of its own width (its
+        # natural width, --w) and scrolls sideways in its box, so that its text stays legible
+        width = png_width(src)
+        size = f' style="--w: {width}px"' if width else ""
+        body, kind = (f'<a class="figure-scroll" href="figures/{src.name}"><img '
+                      f'src="figures/{src.name}" alt="{html.escape(fig.alt)}"{size}></a>',
+                      "image")
     return f'<figure class="{kind}">\n{body}\n<figcaption>{caption}</figcaption>\n</figure>'
 
 

@@ -44,6 +44,7 @@ figure { margin: 1.5em auto; max-width: 62rem; padding: 0 1.2rem; }
 figure.table { max-width: 84rem; }
 figure img { display: block; max-width: 100%; height: auto; margin: 0 auto;
              border: 1px solid #e4e4e8; }
+.figure-scroll { display: block; overflow-x: auto; }
 figcaption { font-size: .92em; color: #444; margin-top: .5em; }
 .table-scroll { overflow-x: auto; border: 1px solid #e4e4e8; width: fit-content; max-width: 100%;
                 margin: 0 auto; }
@@ -95,6 +96,13 @@ header.intro th, header.intro td, .notes th, .notes td { text-align: left; verti
       padding: .3em .8em .3em 0; border-bottom: 1px solid #e4e4e8; }
 header.intro th, .notes th { border-bottom: 2px solid #d4d4de; }
 @media (max-width: 56rem) {
+  /* Shrunk to a phone's width a picture would set its text at 5-6 px: it keeps at least 4/5
+     of its own width (--w, set by teaching/annotate.py) and scrolls sideways in its box. */
+  figure img[style] { max-width: none; width: clamp(calc(var(--w) * .8), 100%, var(--w)); }
+  /* a table among the notes (ablations.py's three columns) fits a phone: smaller, closer */
+  header.intro table, .notes table { font-size: .88em; }
+  header.intro table code, .notes table code { font-size: .9em; }
+  header.intro th, header.intro td, .notes th, .notes td { padding-right: .5em; }
   .section { grid-template-columns: minmax(0, 1fr); }
   .code { border-left: none; border-top: 1px solid #e4e4e8; }
   .notes { padding: .3em 1rem; }

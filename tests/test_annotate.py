@@ -598,9 +598,14 @@ addEventListener('load', () => document.body.setAttribute('data-probe', JSON.str
       b => b.textContent.includes('min') && b.textContent.includes('λ'));
     return {page: f.getAttribute('src'), width: w.innerWidth, page_width: d.scrollWidth,
             client: d.clientWidth,
-            boxes: [...d.querySelectorAll('.math, .table-scroll, pre')].map(b =>
+            boxes: [...d.querySelectorAll('.math, .table-scroll, .figure-scroll, pre')].map(b =>
               [b.className, b.scrollWidth <= b.clientWidth + 1, w.getComputedStyle(b).overflowX]),
             key: key ? key.scrollWidth <= key.clientWidth + 1 : null,
+            // a table among the notes fits whole; a picture keeps 4/5 of its width or more
+            tables: [...d.querySelectorAll('header.intro table, .notes table')].map(
+              t => t.scrollWidth <= t.clientWidth + 1),
+            pictures: [...d.querySelectorAll('figure img')].map(
+              i => [i.getBoundingClientRect().width, i.naturalWidth]),
             // the room between ∑ (min) and its limits, counting a limit's padding
             limits: [...d.querySelectorAll('.math munder, .math munderover')].map(e => {
               const r = x => x.getBoundingClientRect(), s = x => w.getComputedStyle(x);
@@ -617,8 +622,8 @@ addEventListener('load', () => document.body.setAttribute('data-probe', JSON.str
 def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
     """Every page in a 420 px frame (headless Chromium's own window is never under 500 px):
     the page is never wider than the frame, every equation fits whole with room between a ∑
-    and its limits, and what is wider (the step table, a long line of code) scrolls in its
-    own box."""
+    and its limits, a table among the notes fits, and what is wider (the step table, a long
+    line of code, a picture kept legible) scrolls in its own box."""
     out, pages = built
     site = tmp_path / "site"
     shutil.copytree(out, site)
@@ -637,6 +642,9 @@ def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
         for kind, fits, overflow in r["boxes"]:
             assert fits if kind == "math" else fits or overflow in ("auto", "scroll"), (page, kind)
     assert results["objectives.html"]["key"] is True          # min ... L_MLM + λ L_Disc
+    assert all(all(r["tables"]) for r in results.values())        # ablations.py's flags
+    pictures = [p for r in results.values() for p in r["pictures"]]
+    assert len(pictures) == 3 and all(w >= .8 * n - 1 > 0 for w, n in pictures), pictures
     # a display ∑'s limits clear of it, with or without a math font (L_Disc's n touched it)
     limits = [l for r in results.values() for l in r["limits"]]
     assert len(limits) >= 5 and all(gap >= 1 for _, gap in limits), limits

@@ -308,13 +308,18 @@ def test_twenty_concurrent_requests_all_get_answers(server):
 def test_annotated_pages_by_name_only(tiny, tmp_path, one_thread):
     (tmp_path / "objectives.html").write_text("<p>objectives</p>")
     (tmp_path / "notes.txt").write_text("not listed")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "plot.png").write_bytes(b"a picture")        # a page's figure
     inspector = serve.Inspector(tiny)
     inspector.annotated = serve.list_annotated(tmp_path)
     srv = start(inspector)
     try:
         assert "/annotated/objectives.html" in request(srv)[1]
         assert request(srv, "/annotated/objectives.html")[:2] == (200, "<p>objectives</p>")
+        status, _, head = request(srv, "/annotated/figures/plot.png")
+        assert status == 200 and head["Content-Type"] == "image/png"
         for target in ("/annotated/notes.txt", "/annotated/%2e%2e/README.md",
+                       "/annotated/plot.png", "/annotated/figures/../notes.txt",
                        "/annotated/" + str(tmp_path / "objectives.html")):
             assert request(srv, target)[0] == 404
     finally:
