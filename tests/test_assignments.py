@@ -637,15 +637,16 @@ WRONG_HIDDEN_ONLY = [{
 
 
 def wrong_answers(round_):
-    return {part: swap(part, *w) if isinstance(w, tuple) else w
-            for part, w in WRONG[round_].items()}
+    """{part: body} of a round of WRONG or WRONG_HIDDEN_ONLY, its (old, new) pairs swapped into
+    the reference bodies."""
+    return {part: swap(part, *w) if isinstance(w, tuple) else w for part, w in round_.items()}
 
 
 @pytest.mark.parametrize("round_", range(len(WRONG)))
 def test_plausible_wrong_answers_fail_their_part(tmp_path, round_):
     """Each wrong answer fails a public test of its part, and a hidden one: the hidden tests
     catch every mistake on their own."""
-    answers = wrong_answers(round_)
+    answers = wrong_answers(WRONG[round_])
     results = grade(tmp_path, answers)
     for part in answers:
         assert "failed" in results[part], part
@@ -655,8 +656,7 @@ def test_plausible_wrong_answers_fail_their_part(tmp_path, round_):
 def test_wrong_answers_of_the_edge_cases_fail_the_hidden_tests(tmp_path):
     """The public tests pass them (else they belong in WRONG); the hidden ones do not."""
     for i, round_ in enumerate(WRONG_HIDDEN_ONLY):
-        answers = {part: swap(part, *w) if isinstance(w, tuple) else w
-                   for part, w in round_.items()}
+        answers = wrong_answers(round_)
         results = grade(tmp_path / f"round{i}", answers)
         for part in answers:
             assert results[part] == {"passed"}, f"public tests of {part} catch it: to WRONG"

@@ -221,7 +221,7 @@ def test_a_blank_copy_gets_0_on_its_blank_parts_and_full_marks_elsewhere(built, 
 def test_every_planted_wrong_answer_loses_points_in_public_and_hidden_tests(built, tmp_path):
     """test_assignments.WRONG's first round, one wrong body in each of the eleven parts, handed
     in as a student would hand in the files."""
-    answers = wrong_answers(0)
+    answers = wrong_answers(WRONG[0])
     assert sorted(answers) == sorted(ALL)
     sub = tmp_path / "submission"
     sub.mkdir()
