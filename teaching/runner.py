@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from teaching import autograder
-from teaching.strays import SWEEP_S, children, process_table, stop_strays, subreaper
+from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 
 HIDDEN = Path("tests") / "hidden" / "test_hidden.py"
 PUBLIC = "tests/parts/test_part_{}.py"
@@ -242,6 +242,11 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
     shared = []                         # why a file of no one part could not be collected
     restart, swept = False, time.time()   # the plugin ended the process for a fresh one
 
+    def sweep(keep):
+        n = stop_strays(keep)
+        if n:
+            say(f"  stopped {n} process(es) that the tests' code left running")
+
     def handle(rec):
         nonlocal current, current_t, ran_any, restart
         if "collected" in rec:
@@ -293,25 +298,17 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
             killed = (None, "not graded: the autograder's time ran out before this part "
                             "finished (an earlier part ran to its time limit?)")
         if killed:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
             break
         if now - swept > SWEEP_S:       # orphans of the tests' process (a daemon) now
             swept = now
-            n = stop_strays(own | {proc.pid})
-            if n:
-                say(f"  stopped {n} process(es) that the tests' code left running")
+            sweep(own | {proc.pid})
         time.sleep(0.05)
-    try:                                # what the tests' process left: its process group,
+    try:                                # the tests' process (when killed) and its process group,
         os.killpg(proc.pid, signal.SIGKILL)     # then every orphan (the grader reaps them)
     except OSError:
         pass
-    n = stop_strays(own)
-    if n:
-        say(f"  stopped {n} process(es) that the tests' code left running")
+    proc.wait()
+    sweep(own)
     complete = [p for p in pending if collected.get(p)
                 and all(n in results for n in collected[p])]
     if killed and killed[0]:
@@ -489,9 +486,6 @@ def _left_behind():
     (None when it did not): processes or threads its code started that still run, or a name
     of _guarded() it replaced."""
     import threading
-    me = os.getpid()
-    running = [p for p, (parent, state) in process_table().items()
-               if parent == me and state != "Z"]
     threads = [t for t in threading.enumerate() if t not in _BEFORE["threads"]]
     now = _guarded()
     changed = [n for n, v in _BEFORE["guarded"].items() if now.get(n) is not v]
@@ -500,15 +494,11 @@ def _left_behind():
                 + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
                 + ", which the tests use: a part's code must not change torch, pytest or the "
                   "grader")
+    running = stop_strays(keep=set())        # this process's children are the part's code's
     if running or threads:
-        what = (f"{len(running)} process(es)" if running else "") + \
+        what = (f"{running} process(es)" if running else "") + \
             (" and " if running and threads else "") + \
             (f"{len(threads)} thread(s)" if threads else "")
-        for pid in running:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         return (f"its code left {what} running after its tests (the grader stopped them): a "
                 f"part's code must not start processes or threads that outlive it")
     return None

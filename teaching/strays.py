@@ -52,8 +52,9 @@ def children(pid, table=None):
 
 
 def stop_strays(keep):
-    """SIGKILL every child of the grader not in `keep` (its own children, the running tests'
-    process), with all their descendants, and reap them; returns how many were running."""
+    """SIGKILL every child of this process not in `keep` (the grader keeps its own children and
+    the running tests' process; the tests' process keeps none), with all their descendants, and
+    reap them; returns how many were running."""
     me, stopped = os.getpid(), set()
     for _ in range(100):                      # a process that forks as fast as it is killed
         table = process_table()
