@@ -443,7 +443,8 @@ print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', 
 print('numpy', numpy.__version__, '| tiktoken', tiktoken.__version__)
 print(int(torch.cuda.is_available()), torch.__version__)" 2>/dev/null) \
     || die "$PY cannot import torch, numpy and tiktoken: install the requirements (README), or set PY=the python that has them"
-  TORCH_CUDA=$(tail -n 1 <<< "$info") PY_VERSIONS=$(head -n 2 <<< "$info")
+  # (the last three lines: anything an import printed before them is not ours)
+  TORCH_CUDA=$(tail -n 1 <<< "$info") PY_VERSIONS=$(tail -n 3 <<< "$info" | head -n 2)
 }
 # DEVICE names a device (no python needed), then torch sees it (need_python first)
 known_device() {
