@@ -305,7 +305,8 @@ def nav(k):
 
 def png_width(path):
     """The width in pixels of a PNG file (its IHDR header), or None for anything else."""
-    head = Path(path).read_bytes()[:24]
+    with open(path, "rb") as f:
+        head = f.read(24)
     return int.from_bytes(head[16:20], "big") if head[:8] == b"\x89PNG\r\n\x1a\n" else None
 
 
