@@ -21,7 +21,8 @@ from conftest import HANG
 
 from teaching import autograder, course, grade, runner
 from teaching import make_assignment as ma
-from test_assignments import HIDDEN, KEPT, WRONG, fill, key_lines, wrong_answers
+from answers_wrong import WRONG, wrong_answers
+from test_assignments import HIDDEN, KEPT, fill, key_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL = [p.name for p in course.PARTS]
@@ -219,7 +220,7 @@ def test_a_blank_copy_gets_0_on_its_blank_parts_and_full_marks_elsewhere(built, 
 
 
 def test_every_planted_wrong_answer_loses_points_in_public_and_hidden_tests(built, tmp_path):
-    """test_assignments.WRONG's first round, one wrong body in each of the eleven parts, handed
+    """answers_wrong.WRONG's first round, one wrong body in each of the eleven parts, handed
     in as a student would hand in the files."""
     answers = wrong_answers(WRONG[0])
     assert sorted(answers) == sorted(ALL)
