@@ -3,7 +3,9 @@
     course.py           the course: the parts, their contracts, points and the grader's limits
     make_assignment.py  a student copy with chosen functions blank, graded part by part
     grade.py            the grader: a copy's score table, Gradescope's results.json
-    runner.py           the tests' process the grader runs (limits, an ordinary user) and its plugin
+    runner.py           the tests' process the grader runs (limits, an ordinary user)
+    plugin.py           the pytest plugin in that process: reports each test back to the grader
+    strays.py           the processes a submission's code leaves running, found and stopped
     autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip
     annotate.py         the Annotated ELECTRA: the reading path as web pages, notes beside code

@@ -5,8 +5,9 @@ take CPU from the parts after it and, as root, could write results.json after th
 Linux the grader becomes a "child subreaper", so that every orphan of the tests' process, a
 daemon that double-forked included, becomes its child, and stops them all.
 
-teaching/runner.py uses it twice: the grader sweeps for orphans while the tests run and when
-they end, and the pytest plugin asks after each part whether its code left a process running."""
+It serves twice: the grader (teaching/runner.py) sweeps for orphans while the tests run and
+when they end, and the pytest plugin (teaching/plugin.py) stops, after each part, the processes
+its code left running."""
 import contextlib
 import os
 import signal

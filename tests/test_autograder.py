@@ -19,7 +19,7 @@ import pytest
 
 from conftest import HANG
 
-from teaching import autograder, course, grade, runner
+from teaching import autograder, course, grade, plugin, runner
 from teaching import make_assignment as ma
 from answers_wrong import WRONG, wrong_answers
 from test_assignments import HIDDEN, KEPT, fill, key_lines
@@ -487,24 +487,24 @@ def test_a_bare_assert_that_fails_says_what_it_checked(tmp_path):
     crash = SimpleNamespace(message="assert False\n +  where False = <built-in method allclose>",
                             path=str(tmp_path / "test_x.py"), lineno=2)
     report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=crash))
-    assert runner._message(report) == "failed: assert torch.allclose(got, want)"
+    assert plugin._message(report) == "failed: assert torch.allclose(got, want)"
     crash.message = "AssertionError: rows differ\nassert False"     # a message of its own
-    assert runner._message(report) == "AssertionError: rows differ"
+    assert plugin._message(report) == "AssertionError: rows differ"
     crash.message, crash.lineno = "assert False", 1                 # no assert on that line
-    assert runner._message(report) == "assert False"
+    assert plugin._message(report) == "assert False"
     crash.message = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
                      "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
                      "2000000000 bytes. Error code 12 (Cannot allocate memory)")
-    assert runner._message(report) == ("out of memory: a tensor of 2,000 MB more did not fit "
+    assert plugin._message(report) == ("out of memory: a tensor of 2,000 MB more did not fit "
                                        "(the grader has 768 MB in all)")
     # raised in a part's body: where, kept when a long message is cut
     report.raised_in_body = "encoder.py, line 2 of the attention body"
     crash.message = "NameError: name 'math' is not defined"
-    assert runner._message(report) == ("NameError: name 'math' is not defined (encoder.py, "
+    assert plugin._message(report) == ("NameError: name 'math' is not defined (encoder.py, "
                                        "line 2 of the attention body)")
     crash.message = "RuntimeError: " + "x" * 400
-    line = runner._message(report)
-    assert len(line) == runner.MESSAGE_CHARS and line.endswith(
+    line = plugin._message(report)
+    assert len(line) == plugin.MESSAGE_CHARS and line.endswith(
         "xx... (encoder.py, line 2 of the attention body)"), line
 
 
@@ -524,7 +524,7 @@ def test_what_a_test_printed_is_not_kept_for_the_parts_after_it(tmp_path):
     log = tmp_path / "log.jsonl"
     env = dict(os.environ, **{runner.LOG_ENV: str(log)}, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                    "teaching.runner", "--tb=no", "--rootdir", str(tmp_path), "test_x.py"],
+                    "teaching.plugin", "--tb=no", "--rootdir", str(tmp_path), "test_x.py"],
                    cwd=tmp_path, env=env, capture_output=True, timeout=HANG)
     done = {r["done"]: r for r in map(json.loads, log.read_text().splitlines()) if "done" in r}
     assert not done["test_x.py::test_prints"]["passed"]
