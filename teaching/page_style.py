@@ -3,7 +3,7 @@ writes the other, with Pygments' colours for the code, as out_annotated/style.cs
 
 Plain HTML and CSS, no script and nothing fetched: the pages open from disk. Two columns, the
 notes beside the code, on a wide screen; one column, nothing wider than the screen, on a phone
-(tests/test_annotate.py checks both in headless Chromium).
+(tests/test_annotate_browser.py checks both in headless Chromium).
 """
 
 PAGE = """<!DOCTYPE html>

@@ -119,6 +119,19 @@ def learnable_data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The Annotated ELECTRA built into a temporary folder once per test module: (folder, the
+    pages' file names). Skips without the optional Markdown renderer."""
+    try:
+        import markdown  # noqa: F401
+    except ImportError:
+        pytest.skip("the optional Markdown renderer is not installed (pip install markdown)")
+    from teaching import annotate
+    out = tmp_path_factory.mktemp("annotated") / "site"
+    return out, annotate.build(out)
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """One PyTorch thread for a module's tests (small models gain nothing from more, and other
     jobs share the cores), restored afterwards for the other test files."""

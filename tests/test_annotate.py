@@ -6,21 +6,18 @@ line of code of a file appears on its page exactly once and in order, and every 
 docstring among the notes; every equation is typeset (MathML), and no raw LaTeX or ASCII
 equation is left in the notes; every link and image resolves inside the folder (every anchor
 included), names link to their definitions, every page to the paper, and nothing is fetched
-from the network; a changed comment changes its page. The step table (docs/one_step.json,
-teaching/one_step.py) is checked against the rules of §2; in headless Chromium the two columns
-sit side by side at a desktop width and stack at a phone width, and at 420 px no page is wider
-than the window. The notes' claim about λ under Adam is checked on a tiny model.
+from the network; a changed comment changes its page. The notes' claim about λ under Adam is
+checked on a tiny model. (The step table: tests/test_one_step.py; the pages in a browser:
+tests/test_annotate_browser.py.)
 
-The build needs the optional Markdown renderer (`pip install markdown`) and the browser tests
-Debian's `chromium`: without them those tests skip with the reason; the parser's and the math
-notation's tests and the one-line error without the renderer run everywhere."""
+The build needs the optional Markdown renderer (`pip install markdown`): without it those tests
+skip with the reason; the parser's and the math notation's tests and the one-line error without
+the renderer run everywhere."""
 import ast
 import html
 import io
-import json
 import re
 import shutil
-import subprocess
 import sys
 import tokenize
 from html.parser import HTMLParser
@@ -28,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG, ROOT, run_cli, save_tiny
+from conftest import HANG, ROOT, run_cli
 
 sys.path.insert(0, str(ROOT))
 from teaching import annotate, links, mathml  # noqa: E402
@@ -42,9 +39,6 @@ except ImportError:
     HAVE_MARKDOWN = False
 needs_markdown = pytest.mark.skipif(not HAVE_MARKDOWN, reason="the optional Markdown renderer "
                                     "is not installed (pip install markdown)")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium "
-                                    "(Debian: apt-get install chromium)")
 
 
 # ----------------------------------------------------------------------------- the parser
@@ -265,15 +259,6 @@ def expected_code(source):
             if line.strip() and not line.strip().startswith("#") and i not in in_doc]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    if not HAVE_MARKDOWN:
-        pytest.skip("the optional Markdown renderer is not installed (pip install markdown)")
-    out = tmp_path_factory.mktemp("annotated") / "site"
-    pages = annotate.build(out)
-    return out, pages
-
-
 @needs_markdown
 def test_every_reading_path_file_has_its_page_in_order(built):
     out, pages = built
@@ -476,178 +461,6 @@ def test_command_line_builds_and_refuses_a_foreign_folder(tmp_path):
     (tmp_path / "afile").write_text("x")
     p = run_cli("teaching/annotate.py", "--out", tmp_path / "afile", timeout=HANG)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
-
-
-# ----------------------------------------------------------------------------- one real step
-
-def check_step(rows, m):
-    """The rules of §2 on one step's table: x_masked and x_corrupt differ from x only at m,
-    x̂ is given exactly at m, and is_replaced says where x_corrupt differs from x."""
-    T = len(rows["x"])
-    assert all(len(r) == T for r in rows.values())
-    assert rows["x"][0] == "[CLS]" and rows["x"][-1] == "[SEP]" and 0 not in m and T - 1 not in m
-    for t in range(T):
-        assert (rows["m"][t] == "✓") == (t in m)
-        assert (rows["x_hat"][t] != "") == (t in m)
-        if t not in m:
-            assert rows["x_masked"][t] == rows["x"][t] == rows["x_corrupt"][t]
-            assert rows["is_replaced"][t] == 0
-        else:
-            assert rows["x_masked"][t] in ("[MASK]", rows["x"][t])
-            assert rows["x_corrupt"][t] == rows["x_hat"][t]
-            assert rows["is_replaced"][t] == int(rows["x_corrupt"][t] != rows["x"][t])
-        assert 0 <= float(rows["p_replaced"][t]) <= 1
-
-
-def test_the_committed_step_table_follows_section_2():
-    data = json.loads((ROOT / "docs" / "one_step.json").read_text(encoding="utf-8"))
-    check_step(data["rows"], data["m"])
-    assert data["checkpoint"]["step"] > 0                  # a trained G and D, not random ones
-    assert data["command"].startswith("python teaching/one_step.py")
-
-
-def test_one_step_of_a_tiny_model(tmp_path, learnable_data_dir, one_thread):
-    from data import load_tokenizer
-    from teaching import one_step
-    ckpt = save_tiny(tmp_path / "tiny.pt", load_tokenizer(learnable_data_dir))
-    model, tok, cfg, step = one_step.load(ckpt)
-    data = one_step.one_step(model, tok, cfg, "the cat sees the ball in the morning.", seed=1)
-    check_step(data["rows"], data["m"])
-    assert len(data["m"]) == max(1, round(0.15 * (len(data["rows"]["x"]) - 2)))
-    assert data == one_step.one_step(model, tok, cfg, "the cat sees the ball in the morning.",
-                                     seed=1)                                    # reproducible
-    p = run_cli("teaching/one_step.py", "--ckpt", ckpt, "--text", "the cat " * 40, "--out",
-                tmp_path / "s.json")              # past the checkpoint's 64 trained positions
-    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
-    assert "at most 62" in p.stderr and not (tmp_path / "s.json").exists()
-    p = run_cli("teaching/one_step.py", "--ckpt", tmp_path / "none.pt", "--out",
-                tmp_path / "s.json")
-    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
-    assert not (tmp_path / "s.json").exists()
-    bert = save_tiny(tmp_path / "bert.pt", load_tokenizer(learnable_data_dir), model="bert")
-    p = run_cli("teaching/one_step.py", "--ckpt", bert, "--out", tmp_path / "s.json")
-    assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert "not an ELECTRA checkpoint" in p.stderr and not (tmp_path / "s.json").exists()
-
-
-# ----------------------------------------------------------------------------- a real browser
-
-PROBE = """<script>
-const s = [...document.querySelectorAll('.section')].find(
-  e => e.querySelector('.notes').textContent.trim() && e.querySelector('.code pre'));
-const n = s.querySelector('.notes').getBoundingClientRect();
-const c = s.querySelector('.code').getBoundingClientRect();
-document.body.setAttribute('data-probe', JSON.stringify({
-  notes: [n.left, n.top, n.right, n.bottom], code: [c.left, c.top, c.right, c.bottom],
-  width: window.innerWidth, page_width: document.documentElement.scrollWidth,
-  text: document.body.innerText.length, sections: document.querySelectorAll('.section').length}));
-</script></body>"""
-
-
-def chromium(tmp_path, width, *args):
-    """Run headless Chromium on a page at a window `width` px wide; returns its stdout."""
-    p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                        "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
-                        f"--window-size={width},1000", *map(str, args)],
-                       capture_output=True, text=True, timeout=HANG)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return p.stdout
-
-
-def probe(tmp_path, out, page, width):
-    """Where the first note and its code sit on the page, as the browser laid them out."""
-    probed = out / f"probe-{page}"
-    probed.write_text((out / page).read_text(encoding="utf-8").replace("</body>", PROBE, 1),
-                      encoding="utf-8")
-    dom = chromium(tmp_path, width, "--dump-dom", probed.as_uri())
-    probed.unlink()
-    m = re.search(r'data-probe="([^"]*)"', dom)
-    assert m, "the page did not run its probe"
-    return json.loads(html.unescape(m.group(1)))
-
-
-@needs_markdown
-@needs_chromium
-def test_in_chromium_columns_side_by_side_on_a_desktop_stacked_on_a_phone(built, tmp_path):
-    out, _ = built
-    desk = probe(tmp_path, out, "objectives.html", 1400)
-    assert desk["text"] > 5000 and desk["sections"] > 20             # not blank
-    (nl, nt, nr, nb), (cl, ct, cr, cb) = desk["notes"], desk["code"]
-    assert cl >= nr - 1 and abs(ct - nt) < 2 and cr - cl > 700          # side by side
-    phone = probe(tmp_path, out, "objectives.html", 390)
-    (nl, nt, nr, nb), (cl, ct, cr, cb) = phone["notes"], phone["code"]
-    assert ct >= nb - 1 and abs(cl - nl) < 2 and cr - cl > 300          # stacked
-    assert phone["page_width"] <= phone["width"]     # no sideways scrolling of the whole page
-    # Screenshots are not blank: many distinct colours (text, highlighted code, a figure).
-    from PIL import Image
-    for page, width in [("index.html", 1400), ("objectives.html", 390)]:
-        shot = tmp_path / f"{page}-{width}.png"
-        chromium(tmp_path, width, f"--screenshot={shot}", (out / page).as_uri())
-        colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
-        assert len(colours) > 50, f"{page} at {width}px looks blank"
-
-
-# Measured from the page that frames them all, once everything has loaded (file:// pages may
-# read each other with --allow-file-access-from-files): each page's width against its frame's,
-# whether every box wider than itself scrolls, and whether the key equation fits whole.
-FRAME_PROBE = """<script>
-addEventListener('load', () => document.body.setAttribute('data-probe', JSON.stringify(
-  [...document.querySelectorAll('iframe')].map(f => {
-    const w = f.contentWindow, d = w.document.documentElement;
-    const key = [...d.querySelectorAll('.math')].find(
-      b => b.textContent.includes('min') && b.textContent.includes('λ'));
-    return {page: f.getAttribute('src'), width: w.innerWidth, page_width: d.scrollWidth,
-            client: d.clientWidth,
-            boxes: [...d.querySelectorAll('.math, .table-scroll, .figure-scroll, pre')].map(b =>
-              [b.className, b.scrollWidth <= b.clientWidth + 1, w.getComputedStyle(b).overflowX]),
-            key: key ? key.scrollWidth <= key.clientWidth + 1 : null,
-            // a table among the notes fits whole; a picture keeps 4/5 of its width or more
-            tables: [...d.querySelectorAll('header.intro table, .notes table')].map(
-              t => t.scrollWidth <= t.clientWidth + 1),
-            pictures: [...d.querySelectorAll('figure img')].map(
-              i => [i.getBoundingClientRect().width, i.naturalWidth]),
-            // the room between ∑ (min) and its limits, counting a limit's padding
-            limits: [...d.querySelectorAll('.math munder, .math munderover')].map(e => {
-              const r = x => x.getBoundingClientRect(), s = x => w.getComputedStyle(x);
-              const [base, under, over] = e.children;
-              const gaps = [r(under).top + parseFloat(s(under).paddingTop) - r(base).bottom];
-              if (over) gaps.push(r(base).top - r(over).bottom + parseFloat(s(over).paddingBottom));
-              return [e.textContent, Math.min(...gaps)]; })};
-  }))));
-</script>"""
-
-
-@needs_markdown
-@needs_chromium
-def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
-    """Every page in a 420 px frame (headless Chromium's own window is never under 500 px):
-    the page is never wider than the frame, every equation fits whole with room between a ∑
-    and its limits, a table among the notes fits, and what is wider (the step table, a long
-    line of code, a picture kept legible) scrolls in its own box."""
-    out, pages = built
-    site = tmp_path / "site"
-    shutil.copytree(out, site)
-    frames = "".join(f'<iframe src="{p}" style="width:420px;height:600px"></iframe>'
-                     for p in pages)
-    (site / "frames.html").write_text(f"<!DOCTYPE html><html><body>{frames}{FRAME_PROBE}"
-                                      "</body></html>", encoding="utf-8")
-    dom = chromium(tmp_path, 1000, "--allow-file-access-from-files", "--dump-dom",
-                   (site / "frames.html").as_uri())
-    m = re.search(r'data-probe="([^"]*)"', dom)
-    assert m, "the frames did not report"
-    results = {r["page"]: r for r in json.loads(html.unescape(m.group(1)))}
-    assert sorted(results) == sorted(pages)
-    for page, r in results.items():
-        assert r["width"] == 420 and r["page_width"] <= r["client"], (page, r["page_width"])
-        for kind, fits, overflow in r["boxes"]:
-            assert fits if kind == "math" else fits or overflow in ("auto", "scroll"), (page, kind)
-    assert results["objectives.html"]["key"] is True          # min ... L_MLM + λ L_Disc
-    assert all(all(r["tables"]) for r in results.values())        # ablations.py's flags
-    pictures = [p for r in results.values() for p in r["pictures"]]
-    assert len(pictures) == 3 and all(w >= .8 * n - 1 > 0 for w, n in pictures), pictures
-    # a display ∑'s limits clear of it, with or without a math font (L_Disc's n touched it)
-    limits = [l for r in results.values() for l in r["limits"]]
-    assert len(limits) >= 5 and all(gap >= 1 for _, gap in limits), limits
 
 
 def test_the_lambda_note_holds(one_thread):
