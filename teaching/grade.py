@@ -45,11 +45,10 @@ from machinery import cli
 from teaching import autograder, course
 from teaching import make_assignment as ma
 from teaching import runner
-from teaching.runner import is_hidden, test_name
+from teaching.runner import HIDDEN, is_hidden, test_name
 
 HERE = Path(__file__).resolve().parents[1]             # the grader's own copy of the project
 CONFIG = Path("tests") / "grading.json"
-HIDDEN = Path("tests") / "hidden" / "test_hidden.py"
 SKIP_DIRS = {"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints"}
 GRADESCOPE_ROOT = "/autograder"
 

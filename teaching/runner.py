@@ -24,7 +24,7 @@ from pathlib import Path
 from teaching import autograder
 from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 
-HIDDEN = Path("tests") / "hidden" / "test_hidden.py"
+HIDDEN = Path(autograder.HIDDEN)            # where the autograder puts the hidden tests
 PUBLIC = "tests/parts/test_part_{}.py"
 LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
 MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold

@@ -15,13 +15,13 @@ from answers_correct import ALTERNATIVES, body_of
 from answers_wrong import WRONG, WRONG_HIDDEN_ONLY, wrong_answers
 from conftest import HANG
 
-from teaching import course
+from teaching import autograder, course
 from teaching import make_assignment as ma
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-HIDDEN = "tests/hidden/test_hidden.py"        # where the autograder puts the hidden tests
+HIDDEN = autograder.HIDDEN                    # where the autograder puts the hidden tests
 
 
 def run_tests(folder, *paths):
