@@ -12,6 +12,9 @@ Reproduces, for our own (much smaller) runs, the presentation of the ELECTRA pap
 
 Usage (results JSONs come from finetune_glue.py, logs are the JSON Lines pre-training logs):
   python plot_results.py --results out/glue_*.json [--logs out/*/log.jsonl] [--out_dir plots/]
+  python plot_results.py --results docs/gpu-runs/points.jsonl docs/glue_vs_flops/*.json
+(a .jsonl of results is one results record a line: the GPU points benchmarks/gpu_measure.sh
+appends, one a window)
   python plot_results.py --plateau out/log.jsonl [--out_dir plots/]
 """
 import json
@@ -39,6 +42,16 @@ COLORS = {"ELECTRA": "tab:blue", "BERT": "tab:orange", "ELECTRA 15%": "tab:green
 # paper Table 1 (GLUE dev, all 8 tasks): ELECTRA-Small at 6.25%..100% of training, BERT-Small
 PAPER_ELECTRA = [(8.9e16, 74.1), (1.8e17, 76.0), (3.6e17, 77.7), (7.1e17, 79.0), (1.4e18, 79.9)]
 PAPER_BERT = [(1.4e18, 75.1)]
+# Per-task dev scores of a fully trained ELECTRA-Small: the official code's README ("Expected
+# Results", google-research/electra): ELECTRA-Small-OWT, Table 6's model trained 1M steps on
+# OpenWebText, dev sets, the median over many fine-tuning seeds. The paper itself gives per-task
+# scores for the test sets only (Table 8); Table 1's GLUE averages all eight dev sets. Its FLOPs:
+# the official flops_computation.py's count for 1M steps of ELECTRA-Small.
+OFFICIAL_DEV = dict(cola=56.8, sst2=88.3, mrpc=87.4, stsb=86.8, qqp=88.3, mnli=78.9, qnli=87.9,
+                    rte=68.5)
+OFFICIAL_FLOPS = 1.29e18
+# Two runs' FLOPs within this ratio count as equal compute.
+EQUAL_COMPUTE = 1.05
 
 
 class InputError(Exception):  # bad user input: one line on stderr, exit code 2
@@ -63,6 +76,40 @@ def load_results(path):
         r = json.loads(_read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InputError(f"{path}: not valid JSON{hint}")
+    return check_results(r, path)
+
+
+def load_records(path):
+    """Results files (.json, one record) or records (.jsonl, one a line: the GPU points)."""
+    if not str(path).endswith(".jsonl"):
+        return [load_results(path)]
+    records = []
+    for i, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            raise InputError(f"{path}:{i}: not valid JSON — one results record a line")
+        if isinstance(r, dict) and r.get("glue_tasks") == [] and r.get("glue_score") is None:
+            print(f"note: {path}:{i}: a point without GLUE (no task ran), not drawn",
+                  file=sys.stderr)
+            continue
+        records.append(check_results(r, f"{path}:{i}"))
+    if not records:
+        raise InputError(f"{path}: no record with a GLUE score in it")
+    return records
+
+
+def hardware(r):
+    """GPU or CPU: where a run pre-trained (its record's gpu, or its pretrain.device)."""
+    dev = str(r.get("gpu") or r["pretrain"].get("device") or "")
+    return "CPU" if not dev or "cpu" in dev.lower() else "GPU"
+
+
+def check_results(r, path):
+    """A results record's keys and types, or one InputError line naming `path`."""
+    hint = " — run finetune_glue.py first"
     for key in ("tasks", "pretrain", "glue_score", "glue_tasks"):
         if not isinstance(r, dict) or key not in r:
             raise InputError(f'{path}: not a GLUE results file (no "{key}" key){hint}')
@@ -111,8 +158,11 @@ def log_labels(paths, logs):
 
 def glue_figure(runs):
     """Figure 1 / Figure 4 (right) style: GLUE score vs pre-training FLOPs, each point labelled
-    with its score, and how far below the paper's compute our largest run is."""
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    with its score, and how far below the paper's compute our largest run is. GPU and CPU runs
+    are separate series where both are given; a line says whether ELECTRA and BERT were compared
+    at equal compute; where every run averages the same tasks, a grey star marks what the
+    official code's fully trained ELECTRA-Small scores on those tasks."""
+    fig, ax = plt.subplots(figsize=(7, 5.6))
     # paper reference first so our runs are drawn on top; faint grey, labelled "paper"
     for pts, label, marker in [(PAPER_ELECTRA, "paper: ELECTRA-Small (Table 1, 8 tasks)", "o"),
                                (PAPER_BERT, "paper: BERT-Small (Table 1, 8 tasks)", "s")]:
@@ -123,17 +173,19 @@ def glue_figure(runs):
                     else 6), textcoords="offset points", ha="center", va="top" if y < 78
                     else "bottom", fontsize=7, color="dimgrey")
     groups = {}
+    both = len({hardware(r) for r in runs}) > 1        # GPU and CPU runs: a series each
     for r in runs:
         p = r["pretrain"]
-        groups.setdefault(series_name(p["model"], p["objective"]), []).append(r)
+        groups.setdefault((series_name(p["model"], p["objective"]), hardware(r)), []).append(r)
     task_sets = {tuple(sorted(r["glue_tasks"], key=_task_key)) for r in runs}
-    for name, rs in sorted(groups.items()):
+    for (name, hw), rs in sorted(groups.items()):
         rs = sorted(rs, key=lambda r: r["pretrain"]["flops"])
-        label = name
+        label = f"{name}, {hw}" if both else name
         if len(task_sets) > 1:  # task sets differ between runs: say so per series
             label += " [" + " | ".join(sorted({_tasks_str(r["glue_tasks"]) for r in rs})) + "]"
         xs, ys = [r["pretrain"]["flops"] for r in rs], [r["glue_score"] for r in rs]
-        ax.plot(xs, ys, marker="o", lw=2, color=COLORS.get(name), label=label)
+        ax.plot(xs, ys, marker="s" if name == "BERT" else "o", lw=2, color=COLORS.get(name),
+                ls=":" if both and hw == "CPU" else "-", label=label)
         for x, y in zip(xs, ys):
             ax.annotate(f"{y:.1f}", (x, y), xytext=(7, 0), textcoords="offset points",
                         va="center", fontsize=8, color=COLORS.get(name, "black"))
@@ -143,6 +195,16 @@ def glue_figure(runs):
         ax.annotate(f"our largest run: about 1/{ratio:,.0f} of the paper's "
                     f"{PAPER_ELECTRA[-1][0]:.1e} FLOPs", (0.02, 0.5), xycoords="axes fraction",
                     fontsize=8, color="dimgrey")
+    if len(task_sets) == 1 and all(t in OFFICIAL_DEV for t in next(iter(task_sets))):
+        tasks = next(iter(task_sets))
+        ref = sum(OFFICIAL_DEV[t] for t in tasks) / len(tasks)
+        ax.plot([OFFICIAL_FLOPS], [ref], marker="*", ms=11, color="grey", ls="none",
+                label=f"official code: ELECTRA-Small-OWT, dev, these {len(tasks)} tasks")
+        ax.annotate(f"{ref:.1f}", (OFFICIAL_FLOPS, ref), xytext=(-8, 0), ha="right",
+                    textcoords="offset points", va="center", fontsize=7, color="dimgrey")
+    for i, note in enumerate(compute_notes(groups)):  # equal compute, or say that it is not
+        ax.annotate(note, (0.02, 0.42 - 0.06 * i), xycoords="axes fraction", fontsize=8,
+                    color="dimgrey")
     ax.set_ylim(top=max(85, ax.get_ylim()[1]))      # room for the paper's labels
     ax.set_xscale("log")
     ax.set_xlabel("Pre-train FLOPs (the paper's count, Appendix E)")
@@ -154,9 +216,27 @@ def glue_figure(runs):
     ax.set_title(f"GLUE score vs pre-training compute\nours: {cover}; paper: all 8 tasks",
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    # below the axes: inside, it would cover the paper's points at the right edge
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+              frameon=False)
     fig.tight_layout()
     return fig
+
+
+def compute_notes(groups):
+    """For each hardware with both ELECTRA and BERT runs: whether their largest runs had equal
+    compute (within EQUAL_COMPUTE), in one line."""
+    notes = []
+    for hw in sorted({hw for _, hw in groups}):
+        most = {name: max(r["pretrain"]["flops"] for r in rs)
+                for (name, h), rs in groups.items() if h == hw and name in ("ELECTRA", "BERT")}
+        if len(most) == 2:
+            e, b = most["ELECTRA"], most["BERT"]
+            where = f"{hw}: " if len({h for _, h in groups}) > 1 else ""
+            notes.append(f"{where}ELECTRA and BERT at equal compute ({e:.2g} FLOPs)"
+                         if max(e, b) / min(e, b) <= EQUAL_COMPUTE else
+                         f"{where}not equal compute: ELECTRA {e:.2g} FLOPs, BERT {b:.2g}")
+    return notes
 
 
 def curves_figure(logs, labels):
@@ -184,10 +264,12 @@ def curves_figure(logs, labels):
 
 
 def plateau_figure(recs, label):
-    """The "everything is real" plateau over one ELECTRA run's steps (docs/plateau.md): L_Disc
-    against the plateau's loss H(r) (what answering "real" everywhere scores), and D's recall
-    and precision of replaced tokens. On the plateau L_Disc sits near H(r) and recall near 0;
-    D has left it when recall rises and L_Disc falls below H(r)."""
+    """The plateau over one ELECTRA run's steps (docs/plateau.md): D's recall and precision of
+    replaced tokens, and L_Disc against H(r), what answering "real" everywhere scores. On the
+    plateau D catches few replaced tokens (recall under 10 %); L_Disc meanwhile falls to about
+    H(r) and may sink below it while recall stays flat, as D ranks replaced tokens higher before
+    it is sure enough to flag them. D has left it when recall rises past 10 % with L_Disc under
+    0.9 H(r) (machinery/progress.py)."""
     pts = [r for r in recs if isinstance(r.get("step"), int)
            and isinstance(r.get("disc_loss"), (int, float))
            and isinstance(r.get("disc_prior_entropy"), (int, float))]
@@ -272,7 +354,8 @@ def table1(runs):
 
 def main(argv=None):
     ap = cli.Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", nargs="*", type=cli.nonempty, default=[], help="JSON(s) from finetune_glue.py")
+    ap.add_argument("--results", nargs="*", type=cli.nonempty, default=[],
+                    help="JSON(s) from finetune_glue.py, or .jsonl files of such records")
     ap.add_argument("--logs", nargs="*", type=cli.nonempty, default=[], help="pre-training JSON Lines log(s)")
     ap.add_argument("--plateau", type=cli.nonempty, default=None, metavar="LOG",
                     help="also (or only) draw plateau.png from one ELECTRA run's log.jsonl")
@@ -283,7 +366,7 @@ def main(argv=None):
         if not args.results and not args.plateau:
             raise InputError("no results files given — pass --results R.json [R.json ...]"
                              " (or --plateau LOG)")
-        runs = [load_results(p) for p in args.results]
+        runs = [r for p in args.results for r in load_records(p)]
         logs = [load_log(p) for p in args.logs]
         figs = {}
         if args.plateau:

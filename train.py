@@ -125,7 +125,8 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
                       find_unused=raw_model.stage is not None)
     if args.compile and not compile_model:
         try:        # (a torch without what machinery/step.py sets up: eager, as a failed compile)
-            step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision)
+            step = compile_step(update, raw_model, opt, cfg.grad_clip, device, args.precision,
+                                regional=args.compile == "regional")
         except Exception as e:
             compile_failed(e)
 

@@ -4,6 +4,7 @@
     python benchmarks/bench.py --steps 5 --warmup 2             # on a 2-core CPU (about 10 s a step each)
     python benchmarks/bench.py --device cuda --compile --json bench.json
     python benchmarks/bench.py --device cuda --which ours,ours_compiled,bert,hf   # ours eager and compiled
+    python benchmarks/bench.py --device cuda --which ours_compiled,ours_regional,hf_compiled   # compiled, each
     python benchmarks/bench.py --size tiny --steps 2 --which ours,bert    # a smoke run (the test does this)
 
 What is measured is the training loop's own step (train.py), nothing less and nothing more:
@@ -113,6 +114,13 @@ def check_compiled_step(cfg, device, precision, steps=3):
     return c
 
 
+# A contender's name: the model (ours, bert, hf), then how its step runs: eager (no suffix),
+# "_compiled" the whole step one graph, "_regional" one block compiled for all its repeats
+# (machinery/step.py: compile_step, compile_regional).
+CONTENDERS = ("ours", "ours_compiled", "ours_regional", "bert", "hf", "hf_compiled",
+              "hf_regional")
+
+
 class Contender:
     """One model + optimizer + its data, stepped as training steps: the batch made in line on a
     CPU, by a Prefetcher thread on a GPU; training_step or the compiled step."""
@@ -124,16 +132,19 @@ class Contender:
         make = lambda: masked_batch(data, cfg, masking)
         self.fetch = Prefetcher(make) if device.type == "cuda" else make
         torch.manual_seed(0)
-        self.model = (HFElectra(cfg) if name == "hf" else build_model(cfg)).to(device)
+        hf = name.startswith("hf")
+        self.model = (HFElectra(cfg) if hf else build_model(cfg)).to(device)
         self.opt = make_optimizer(self.model, cfg, device)
         self.compiled, self.mode = None, "eager"
-        if compile_ and name != "hf":                    # HF runs eager, as its users do
-            # the whole step as training's --compile runs it (machinery/step.py), except that a graph
-            # break splits the step instead of failing it, so that graph_counts can count it
+        regional = name.endswith("_regional")
+        if compile_ or regional or name.endswith("_compiled"):
+            # the step as training's --compile runs it (machinery/step.py), except that a graph
+            # break splits the whole step instead of failing it, so that graph_counts can count
+            # it; HF's Electra compiled the same way, so that the ratio compares like with like
             self.compiled = compile_step(update, self.model, self.opt, cfg.grad_clip, device,
-                                         precision, fullgraph=False)
-            self.mode = "compiled"
-        self.attention = self.model.attn if name == "hf" else "sdpa"
+                                         precision, fullgraph=False, regional=regional)
+            self.mode = "regional" if regional else "compiled"
+        self.attention = self.model.attn if hf else "sdpa"
         self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
         self.graphs, self.breaks = [], 0    # per compiled step: graphs compiled; graph breaks
 
@@ -240,9 +251,11 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=cli.positive_int, default=3,
                    help="untimed steps first (at least 1)")
     p.add_argument("--which", default="ours,bert,hf",
-                   help="comma list of ours, ours_compiled (ours, its step compiled), bert, hf")
+                   help="comma list of " + ", ".join(CONTENDERS) + " (_compiled: the whole step "
+                        "one graph; _regional: one block compiled for all its layers)")
     p.add_argument("--compile", action="store_true",
-                   help="ours and bert run their whole step compiled (machinery/step.py)")
+                   help="ours and bert run their whole step compiled (machinery/step.py); hf "
+                        "stays eager unless named hf_compiled")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                    help="auto: bf16 autocast where the hardware has native bf16 (machinery/device.py)")
     p.add_argument("--threads", type=cli.threads, default=None,
@@ -251,8 +264,8 @@ def parse_args(argv=None):
                    help="also write the results here (its folder must exist)")
     args = p.parse_args(argv)
     args.which = [w.strip() for w in args.which.split(",") if w.strip()]
-    if not args.which or set(args.which) - {"ours", "ours_compiled", "bert", "hf"}:
-        p.error(f"--which {','.join(args.which)}: choose from ours, ours_compiled, bert, hf")
+    if not args.which or set(args.which) - set(CONTENDERS):
+        p.error(f"--which {','.join(args.which)}: choose from {', '.join(CONTENDERS)}")
     refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
     return args
 
@@ -277,9 +290,11 @@ def main(argv=None):
         hf_version = transformers.__version__
     except ImportError:
         hf_version = None
-        if "hf" in args.which:                           # an optional, benchmark-only extra
-            print("transformers not installed: pip install transformers to compare (skipping hf)")
-            args.which.remove("hf")
+        hf = [w for w in args.which if w.startswith("hf")]
+        if hf:                                           # an optional, benchmark-only extra
+            print("transformers not installed: pip install transformers to compare (skipping "
+                  f"{', '.join(hf)})")
+            args.which = [w for w in args.which if w not in hf]
     peak, peak_note = peak_flops(device)
     h = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else
              f"CPU, {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() != 1)}"
@@ -299,7 +314,7 @@ def main(argv=None):
           flush=True)
     # every contender its own copy of the data, from the same seed: the same batches for all
     runs = [Contender(n, replace(cfg, model="bert") if n == "bert" else cfg,
-                      bench_data(cfg, args.data), device, args.compile or n == "ours_compiled",
+                      bench_data(cfg, args.data), device, args.compile and n in ("ours", "bert"),
                       args.precision)
             for n in args.which]
     for c in runs:                       # warm-up; the last warm-up step also measures memory
@@ -318,13 +333,14 @@ def main(argv=None):
     # The ratio pairs the steps of one round (timed seconds apart) and takes the median: what
     # a change in the machine's load does to one round, it does to both sides of its ratio.
     t = {c.name: c.times for c in runs}
-    ratios = {f"{a}/hf tokens_per_s": statistics.median(h / o for o, h in zip(t[a], t["hf"]))
-              for a in ("ours", "ours_compiled", "bert") if a in t and "hf" in t}
+    ratios = {f"{a}/{b} tokens_per_s": statistics.median(h / o for o, h in zip(t[a], t[b]))
+              for b in ("hf", "hf_compiled") for a in CONTENDERS
+              if a in t and b in t and not a.startswith("hf")}
     for k, v in ratios.items():
         print(f"{k.split()[0].replace('/', ' / ')} tokens/s: {v:.2f}x (median over rounds)")
     # A step's costs, side by side (tools read these three lines: keep their words).
     by = {r["name"]: r for r in results}
-    by.setdefault("ours", by.get("ours_compiled"))        # its eager costs are ours'
+    by.setdefault("ours", by.get("ours_compiled") or by.get("ours_regional"))   # (eager costs)
     by = {k: v for k, v in by.items() if v}
     side = lambda f: ", ".join(f"{n} {f(by[n]) if n in by else 'n/a'}"
                                for n in ("ours", "bert", "hf"))
@@ -338,12 +354,13 @@ def main(argv=None):
                   f"{1000 * t['eager_s']:.2f} ms, CUDA graph {1000 * t['cuda_graph_s']:.2f} ms; "
                   f"1M steps in {t['cuda_graph_s'] * 1e6 / 3600:.1f} h (graph)")
     compiled = None
-    if "ours" in by:
-        ours = {c.name: c for c in runs}
-        ours = ours.get("ours_compiled") or ours["ours"]
-        if ours.mode == "compiled":
+    ours = next((c for n in ("ours_compiled", "ours_regional", "ours") for c in runs
+                 if c.name == n), None)
+    if ours is not None:
+        if ours.mode in ("compiled", "regional"):
             # CUDA graphs that Inductor skipped (it says why only with TORCH_LOGS=cudagraphs)
-            compiled = dict(ours.compile_counts(), backend="inductor", cudagraph_skips=int(
+            compiled = dict(ours.compile_counts(), backend="inductor", mode=ours.mode,
+                            cudagraph_skips=int(
                 torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]))
         elif ours.mode == "eager":
             compiled = dict(check_compiled_step(cfg, device, args.precision).compile_counts(),

@@ -27,13 +27,21 @@
 #   DEVICE [cuda]   SIZE [small]   PY [python3]   WORK [out_gpu]   WORKERS [all cores]
 #   HOURS [0.15]: pre-training's wall-clock budget (the schedule is laid over it)
 #   COMPILE [auto]: 1 / 0 force --compile on / off; auto uses it if `check` saw it work
+#   COMPILE_MODE [regional]: regional (one block compiled for all its layers: seconds) or whole
+#     (the whole step one graph: minutes to compile); machinery/step.py
 #   SEEDS [3; all: 1], SST2_SEEDS [1]: fine-tuning seeds (SST-2 is 8x larger than the others)
-#   TASKS [cola,mrpc,stsb,rte,sst2; all: rte,mrpc,cola,stsb,sst2, the smallest first]
+#   TASKS [cola,mrpc,stsb,rte,sst2; all: every task GLUE holds, the smallest first]; none:
+#     pre-train and record the point without fine-tuning
+#   PROFILE [20 on a GPU, else 0]: `all` profiles this many of its pre-training steps (profile.txt)
+#   POINTS [docs/gpu-runs/points.jsonl]: the points recorded so far; `all` trains the next one
 #   FT_ARGS: extra finetune_glue.py flags
-#   CHECK_LAYERS [2]: the self-check's layers (SIZE's widths; compiling all 12 takes minutes)
+#   CHECK_LAYERS [all of SIZE's; 2 with COMPILE_MODE=whole, which compiles every layer anew]
 #   MODEL [electra]: bert pre-trains and fine-tunes BERT-Small, its files named *_bert
-#   CORPUS [.carry/corpus, else ../shared/data/corpus]: a folder of your own .txt/.txt.xz/.txt.gz
-#     files     GLUE [.carry/glue, else ../shared/data/glue]: CoLA/ SST-2/ ... with train/dev.tsv
+#   CORPUS [.carry/corpus, else the one corpus data.py prepared in data/, else demo]: a folder
+#     of your own .txt/.txt.xz/.txt.gz files, or one data.py prepared (meta.json); demo: the
+#     built-in demo corpus (a smoke point, not a result)
+#   GLUE [.carry/glue, else glue/, where `python finetune_glue.py --download glue` puts it]:
+#     CoLA/ SST-2/ ... with train/dev.tsv; `all` without it pre-trains and records the point
 #   DATA_FROM [../shared/data]: where `carry` copies from (corpus/ and glue/ inside it)
 #   WHICH [ours,ours_compiled,bert,hf; on a CPU ours,bert,hf]: the bench's contenders
 #   LIMIT_BENCH [240], LIMIT_PROFILE [150], LIMIT_DDP [150], LIMIT_TASK [300], LIMIT_CHECK [240]:
@@ -46,6 +54,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."    # the project root
 
+declare -A ORIG=()                 # the settings as given, for the point's record
+for v in DEVICE SIZE COMPILE COMPILE_MODE TASKS SEEDS CORPUS GLUE FT_RESERVE PRE_MIN PROFILE; do
+  [ -n "${!v:-}" ] && ORIG[$v]=${!v}
+done
 STAGE=${1:-}
 [ "$STAGE" = wait ] && { WAIT_S=${2:-500}; shift; }
 [ "$STAGE" = all ] && { ALL_MIN=${2:-9}; shift; }
@@ -57,18 +69,31 @@ WORK=${WORK:-out_gpu}
 WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 4)}
 HOURS=${HOURS:-0.15}
 COMPILE=${COMPILE:-auto}
+COMPILE_MODE=${COMPILE_MODE:-regional}
+PROFILE=${PROFILE:-$([ "$DEVICE" = cuda ] && echo 20 || echo 0)}
+POINTS=${POINTS:-docs/gpu-runs/points.jsonl}
 SEEDS_GIVEN=${SEEDS:+1} TASKS_GIVEN=${TASKS:+1}   # (all fine-tunes more tasks in less time)
 SEEDS=${SEEDS:-3}
 SST2_SEEDS=${SST2_SEEDS:-1}
 TASKS=${TASKS:-cola,mrpc,stsb,rte,sst2}
-CHECK_LAYERS=${CHECK_LAYERS:-2}
+CHECK_LAYERS=${CHECK_LAYERS:-$([ "$COMPILE_MODE" = whole ] && echo 2 || echo all)}
 WHICH=${WHICH:-$([ "$DEVICE" = cpu ] && echo ours,bert,hf || echo ours,ours_compiled,bert,hf)}
 LIMIT_BENCH=${LIMIT_BENCH:-240} LIMIT_PROFILE=${LIMIT_PROFILE:-150} LIMIT_DDP=${LIMIT_DDP:-150}
 LIMIT_TASK=${LIMIT_TASK:-300} LIMIT_CHECK=${LIMIT_CHECK:-240}
 FT_RESERVE=${FT_RESERVE:-150} PRE_STEPS=${PRE_STEPS:-200} PRE_MIN=${PRE_MIN:-60}
 FT_ARGS=${FT_ARGS:-}
-CORPUS=${CORPUS:-$([ -d .carry/corpus ] && echo .carry/corpus || echo ../shared/data/corpus)}
-GLUE=${GLUE:-$([ -d .carry/glue ] && echo .carry/glue || echo ../shared/data/glue)}
+# The corpus a user has: what travelled in .carry/, else the one corpus data.py prepared in
+# data/ (data/demo* aside), else the demo corpus (a line says so when it is used).
+default_corpus() {
+  local found
+  [ -d .carry/corpus ] && { echo .carry/corpus; return; }
+  found=$(find data -mindepth 2 -maxdepth 2 -name meta.json 2>/dev/null | grep -v '^data/demo' | sort)
+  [ "$(grep -c . <<< "$found")" = 1 ] && { dirname "$found"; return; }
+  [ -n "$found" ] && { echo several; return; }
+  echo demo
+}
+CORPUS=${CORPUS:-$(default_corpus)}
+GLUE=${GLUE:-$([ -d .carry/glue ] && echo .carry/glue || echo glue)}
 export PYTHONUNBUFFERED=1
 MODEL=${MODEL:-electra}
 # A pre-training run's files: S is "" for ELECTRA, _bert for BERT-Small, _long for `all`'s
@@ -88,23 +113,27 @@ GLUE_TASKS="cola sst2 mrpc stsb qqp mnli qnli rte wnli"
 check_settings() {
   local v t
   for v in LIMIT_BENCH LIMIT_PROFILE LIMIT_DDP LIMIT_TASK LIMIT_CHECK PRE_STEPS SEEDS SST2_SEEDS \
-           CHECK_LAYERS WORKERS; do
+           WORKERS $([ "$CHECK_LAYERS" = all ] || echo CHECK_LAYERS); do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "$((10#${!v}))" -gt 0 ] \
       || die "$v=${!v}: give a positive whole number, or leave $v unset for its default"
   done
-  for v in FT_RESERVE PRE_MIN; do
+  for v in FT_RESERVE PRE_MIN PROFILE; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "$v=${!v}: give a whole number of seconds, or leave $v unset for its default"
   done
   [[ $HOURS =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk "BEGIN { exit !($HOURS > 0) }" \
     || die "HOURS=$HOURS: give pre-training's hours as a positive number, e.g. HOURS=0.5"
   case $COMPILE in auto|0|1) ;; *) die "COMPILE=$COMPILE: use auto (the default), 1 or 0" ;; esac
+  case $COMPILE_MODE in regional|whole) ;;
+    *) die "COMPILE_MODE=$COMPILE_MODE: use regional (the default) or whole" ;; esac
+  [ "$CORPUS" != several ] || die "CORPUS: data/ holds several prepared corpora: set CORPUS=data/NAME (the one to pre-train on)"
   case $MODEL in electra|bert) ;; *) die "MODEL=$MODEL: use electra (the default) or bert" ;; esac
   case $SIZE in small|mini|laptop|laptop_deep|tiny) ;;
     *) die "SIZE=$SIZE: use small (the default, Table 6), or tiny for a smoke run (also mini, laptop, laptop_deep)" ;; esac
+  [ "$TASKS" = none ] && return 0
   for t in ${TASKS//,/ }; do
-    [[ " $GLUE_TASKS " == *" $t "* ]] || die "TASKS: no GLUE task '$t': name some of ${GLUE_TASKS// /,}"
+    [[ " $GLUE_TASKS " == *" $t "* ]] || die "TASKS: no GLUE task '$t': name some of ${GLUE_TASKS// /,}, or none"
   done
-  [ -n "${TASKS//,/}" ] || die "TASKS is empty: name some of ${GLUE_TASKS// /,}"
+  [ -n "${TASKS//,/}" ] || die "TASKS is empty: name some of ${GLUE_TASKS// /,}, or none"
 }
 [ "${1:-}" = carry ] || check_settings
 
@@ -156,6 +185,13 @@ use_compile() {
 running() { [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; }
 
 shards() { find "$CORPUS" -maxdepth 1 -name '*.txt*' 2>/dev/null | sort; }
+# CORPUS is the demo, a folder data.py prepared (meta.json), or text files to prepare
+ready_corpus() { [ "$CORPUS" = demo ] || [ -f "$CORPUS/meta.json" ]; }
+corpus_note() {
+  if [ "$CORPUS" = demo ]; then echo "the demo corpus (no CORPUS given, none prepared in data/)"
+  elif [ -f "$CORPUS/meta.json" ]; then echo "$CORPUS, prepared by data.py"
+  else echo "$(shards | wc -l) shard(s) in $CORPUS"; fi
+}
 
 stage_carry() {
   # N shards (wiki and books alternating, as the paper's Wikipedia + BooksCorpus) and the five
@@ -196,7 +232,7 @@ stage_check() {
     $PY -c "import transformers; print('transformers', transformers.__version__)" 2>/dev/null \
       || echo "transformers not installed (the bench's hf contender will be skipped)"
     tail -n 1 <<< "$PY_VERSIONS"
-    echo "corpus: $(shards | wc -l) shard(s) in $CORPUS | GLUE: $GLUE | $WORKERS cores"
+    echo "corpus: $(corpus_note) | GLUE: $GLUE | $WORKERS cores"
   } 2>&1 | tee -a "$RES/check.txt"
   local backend=inductor size=small
   [ "$DEVICE" = cpu ] && backend=aot_eager
@@ -205,8 +241,10 @@ stage_check() {
   # device and failed (its FAILED line) or ran past its limit. A self-check that could not run
   # (bad flags, no GPU, a crash before its verdict) writes nothing: the next `all` checks again.
   local rc lines=$(wc -l < "$RES/check.txt")
-  limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py --device "$DEVICE" \
-    --size "$size" --backend "$backend" --layers "$CHECK_LAYERS"; rc=$?
+  local flags=(--device "$DEVICE" --size "$size" --backend "$backend")
+  [ "$CHECK_LAYERS" = all ] || flags+=(--layers "$CHECK_LAYERS")
+  [ "$COMPILE_MODE" = regional ] && flags+=(--regional)
+  limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py "${flags[@]}"; rc=$?
   if [ "$rc" = 0 ]; then
     echo yes > "$WORK/compile_ok"
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ] \
@@ -225,12 +263,26 @@ stage_check() {
 
 # Text to prepare in CORPUS, or one error line naming the variable (prepare, and `all` before it starts).
 need_shards() {
-  [ "$(shards | wc -l)" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md says what to use)"
+  ready_corpus || [ "$(shards | wc -l)" -gt 0 ] || die "no corpus files (*.txt, *.txt.xz, *.txt.gz) in $CORPUS: set CORPUS=a folder of your own text (docs/gpu.md says what to use)"
 }
 
 stage_prepare() {
   need_shards
   rm -rf "$WORK/data/corpus"
+  mkdir -p "$WORK/data" || die "cannot write $WORK/data"
+  if [ "$CORPUS" = demo ]; then       # the built-in corpus, prepared once into data/demo
+    echo "prepare: no CORPUS given and none prepared in data/: the demo corpus (Python's own" \
+         "documentation), a smoke point, not a result; set CORPUS=a folder of your text" \
+      | tee -a "$RES/prepare.txt" "$RES/summary.txt"
+    run prepare.txt $PY -c "import data; print(data.prepare_demo())" || die "preparing the demo corpus failed: see $RES/prepare.txt"
+    ln -s "$(cd data/demo && pwd)" "$WORK/data/corpus"
+    return 0
+  fi
+  if [ -f "$CORPUS/meta.json" ]; then   # prepared by data.py already: used where it is
+    ln -s "$(cd "$CORPUS" && pwd)" "$WORK/data/corpus"
+    echo "prepare: $CORPUS is prepared already (meta.json): used as it is" | tee -a "$RES/prepare.txt"
+    return 0
+  fi
   # shellcheck disable=SC2046
   run prepare.txt $PY data.py --corpus $(shards) --name corpus --out_root "$WORK/data" \
     --workers "$WORKERS" $PREP_FLAGS || die "data.py failed: see $RES/prepare.txt"
@@ -303,7 +355,7 @@ stage_start() {
   else
     flags+=(--hours "$HOURS" --save_at 0.5)
   fi
-  use_compile && flags+=(--compile)
+  use_compile && flags+=(--compile "$COMPILE_MODE")
   echo "+ $PY electra_small.py ${flags[*]}" | tee "$RES/start.txt"
   # setsid: its own process session, so the run outlives this command (and its terminal)
   setsid nohup $PY electra_small.py "${flags[@]}" >> "$LOG" 2>&1 < /dev/null &
@@ -350,7 +402,8 @@ pretrain() {
   local flags=(--data "$WORK/data/corpus" --model "$MODEL" --size "$SIZE" --device "$DEVICE"
                --out_dir "$RUN" --log_every "$LOG_EVERY" --ckpt_every_min 1 "$@")
   [ "$steps" -gt 0 ] && flags+=(--max_steps "$steps")
-  use_compile && flags+=(--compile)
+  use_compile && flags+=(--compile "$COMPILE_MODE")
+  [ "${PROFILE_RUN:-0}" -gt 0 ] && flags+=(--profile "$PROFILE_RUN")
   limited "pretrain$S" "$secs" "pretrain$S.txt" $PY electra_small.py "${flags[@]}"
   cp "$RES/pretrain$S.txt" "$LOG" 2>/dev/null
   [ -f "$RUN/log.jsonl" ] && cp "$RUN/log.jsonl" "$RES/pretrain_log$S.jsonl"
@@ -423,12 +476,23 @@ glue_folder() {
 # error line that says where GLUE comes from.
 check_glue() {
   local t d missing=()
+  [ "$TASKS" = none ] && return 0
   for t in ${TASKS//,/ }; do
     d="$GLUE/$(glue_folder "$t")"
     [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; } || missing+=("$t")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   die "no GLUE data for ${missing[*]} in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each; get them with 'python finetune_glue.py --download DIR' where there is internet, see docs/finetuning.md), or TASKS=the tasks you have"
+}
+
+# The tasks GLUE holds, the smallest training set first (as `all` fine-tunes them: a task that
+# no longer fits is the largest left). WNLI is left out, as the paper leaves it out.
+present_tasks() {
+  local t d
+  for t in rte mrpc stsb cola sst2 qnli qqp mnli; do
+    d="$GLUE/$(glue_folder "$t")"
+    [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; } && echo "$t"
+  done
 }
 
 # Before a stage starts: its arguments, the python, the GPU (DEVICE=cuda) and every input it
@@ -466,7 +530,7 @@ preflight() {
   # what needs no python first (a setting, a folder), then the python and the GPU
   case $1 in all|check|bench|start|finetune) known_device ;; esac
   case $1 in
-    all) prepared || need_shards; check_glue ;;
+    all) prepared || need_shards; [ -z "$TASKS_GIVEN" ] || check_glue ;;
     prepare) need_shards ;;
     bench|start) prepared || need_shards ;;
     # a finetune with no checkpoint and no run going pre-trains first
@@ -477,41 +541,68 @@ preflight() {
 }
 
 stage_all() {
-  # Everything in ALL_MIN minutes: check, prepare, a pre-training run over the time left but
-  # fine-tuning's (--hours: compiling happens inside it, and the schedule is laid over the
-  # training time after it), fine-tuning. What WORK still holds from an earlier `all` on the
-  # same machine is not done again, and the run is the next one not done yet: ELECTRA, then
-  # BERT-Small at ELECTRA's FLOPs, then a longer ELECTRA run (_long). The bench is a stage of
-  # its own: compiling the step for it would cost `all` minutes a second time.
-  local deadline left flops
+  # One point of the compute-vs-GLUE curve in ALL_MIN minutes: check, prepare, a pre-training
+  # run over the time left but fine-tuning's (--hours: compiling happens inside it, and the
+  # schedule is laid over the training time after it), fine-tuning every task GLUE holds, then
+  # the point's record (benchmarks/record_point.py) appended to RES/points.jsonl. Which point:
+  # the next one after POINTS (the records kept so far) and this machine's RES/points.jsonl -
+  # BERT-Small to the FLOPs of the last ELECTRA point that has no BERT point beside it, else
+  # ELECTRA. The bench is a stage of its own.
+  local deadline left flops="" plan skipped
   deadline=$((SECONDS + $(awk "BEGIN { print int(${ALL_MIN} * 60) }")))
   echo "all: $ALL_MIN minutes, until $(date -u -d "+$((deadline - SECONDS)) seconds" +%H:%M:%S) UTC" \
     | tee -a "$RES/summary.txt"
   [ -f "$WORK/compile_ok" ] || stage_check || true    # (no verdict: eager this time, checked again next time)
   ensure_corpus
-  if [ ! -f "$WORK/glue/glue_done" ]; then MODEL=electra; run_files ""
-  elif [ ! -f "$WORK/glue_bert/glue_done" ]; then MODEL=bert; run_files _bert
-    # (six digits, rounded up: BERT-Small trains to at least ELECTRA's FLOPs)
-    flops=$(tail -n 1 "$WORK/pretrain/log.jsonl" | $PY -c "import json, math, sys
-f = json.load(sys.stdin)['flops']; e = 10.0 ** (math.floor(math.log10(f)) - 5)
-print(f'{math.ceil(f / e) * e:.6g}')")
-  else MODEL=electra; run_files _long; fi
-  # the time left but fine-tuning's, at least PRE_MIN s even past the minutes
-  left=$((deadline - SECONDS - FT_RESERVE)); [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
-  echo "all: pretrain$S: $left s ($(use_compile && echo compiled || echo eager)," \
-       "$([ -n "${flops:-}" ] && echo "BERT-Small to ELECTRA's $flops FLOPs" || echo "--hours"))" \
+  plan=$({ cat "$POINTS" "$RES/points.jsonl" 2>/dev/null || true; } | $PY benchmarks/record_point.py --next /dev/stdin) \
+    || die "cannot read the points in $POINTS: see benchmarks/record_point.py"
+  if [ "${plan%% *}" = bert ]; then
+    MODEL=bert; run_files _bert; flops=${plan#* }
+  else
+    MODEL=electra; run_files "$([ -d "$WORK/pretrain" ] && echo _long)"
+  fi
+  # the tasks: those named, else every one GLUE holds; none: the point without GLUE
+  if [ -z "$TASKS_GIVEN" ]; then
+    TASKS=$(present_tasks | paste -sd, -)
+    [ -n "$TASKS" ] || { TASKS=none; echo "all: no GLUE task in $GLUE: pre-training only, the point is recorded without a GLUE score (GLUE=a folder with CoLA/ SST-2/ ...)" | tee -a "$RES/summary.txt"; }
+  fi
+  # the time left but fine-tuning's (none without tasks), at least PRE_MIN s even past the minutes
+  local reserve=$FT_RESERVE; [ "$TASKS" = none ] && reserve=10
+  left=$((deadline - SECONDS - reserve))
+  [ "$left" -lt "$PRE_MIN" ] && left=$PRE_MIN
+  echo "all: pretrain$S: $left s ($(use_compile && echo "compiled, $COMPILE_MODE" || echo eager)," \
+       "$([ -n "$flops" ] && echo "BERT-Small to ELECTRA's $flops FLOPs" || echo "--hours"))" \
     | tee -a "$RES/summary.txt"
   # (the limit, PRE_MIN past the run's own deadline, only guards against a hang)
-  if [ -n "${flops:-}" ]; then        # BERT-Small at ELECTRA's FLOPs, if they fit
+  PROFILE_RUN=$PROFILE
+  if [ -n "$flops" ]; then            # BERT-Small at ELECTRA's FLOPs, if they fit
     pretrain 0 "$((left + PRE_MIN))" --flops "$flops"
   else
     pretrain 0 "$((left + PRE_MIN))" --hours "$(awk "BEGIN { print $left / 3600 }")"
   fi || die "pre-training left no checkpoint: see $RES/pretrain$S.txt"
+  PROFILE_RUN=0
+  # the profile's table (train.py prints it), where the step's time went
+  [ "$PROFILE" -gt 0 ] && sed -n '/^---*  *---/,/^profile of/p' "$RES/pretrain$S.txt" > "$RES/profile$S.txt"
   # fine-tuning: one seed per task and the smallest tasks first, unless SEEDS or TASKS say
   [ -n "$SEEDS_GIVEN" ] || SEEDS=1
-  [ -n "$TASKS_GIVEN" ] || TASKS=rte,mrpc,cola,stsb,sst2
-  stage_finetune "$((deadline - 10))"
-  touch "$WORK/glue$S/glue_done"
+  if [ "$TASKS" != none ]; then
+    stage_finetune "$((deadline - 10))"
+    touch "$WORK/glue$S/glue_done"
+  fi
+  skipped=$(sed -n "s/^finetune \([a-z0-9]*\)$S: skipped.*/\1/p" "$RES/summary.txt" | paste -sd, -)
+  $PY benchmarks/record_point.py --run "$RUN" --out "$RES/points.jsonl" --skipped "$skipped" \
+    --command "$(point_command)" \
+    $([ "$TASKS" != none ] && [ -f "$RES/glue_gpu$S.json" ] && echo --glue "$RES/glue_gpu$S.json") \
+    | tee -a "$RES/summary.txt"
+}
+
+# The command that made a point, with the settings that were not left at their defaults.
+point_command() {
+  local v out=""
+  for v in DEVICE SIZE COMPILE COMPILE_MODE TASKS SEEDS CORPUS GLUE FT_RESERVE PRE_MIN PROFILE; do
+    [ -n "${ORIG[$v]:-}" ] && out+="$v=${ORIG[$v]} "
+  done
+  echo "${out}bash benchmarks/gpu_measure.sh all $ALL_MIN"
 }
 
 case $STAGE in

@@ -65,6 +65,9 @@ def parse_args(argv=None):
                    help="keep this many of the size's layers (default: all of them)")
     p.add_argument("--rtol", type=cli.float_range(0, 1, accepts="a relative tolerance in (0, 1)"),
                    default=2e-3)
+    p.add_argument("--regional", action="store_true",
+                   help="check the regional compile (one block compiled for all its layers) "
+                        "instead of the whole step as one graph")
     p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
                    help="aot_eager: Dynamo and AOTAutograd without code generation (seconds)")
     args = p.parse_args(argv)
@@ -89,7 +92,7 @@ def main(argv=None):
     worst, failures = 0.0, []
     with torch._inductor.config.patch(fallback_random=True):
         step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, device, "fp32",
-                            backend=args.backend)
+                            backend=args.backend, regional=args.regional)
         for i, batch in enumerate(batches):
             lr = args.lr * (i + 1)
             torch.manual_seed(i)
@@ -117,8 +120,8 @@ def main(argv=None):
             failures.append(f"Inductor ran the step without CUDA graphs {skips} time(s) "
                             "(TORCH_LOGS=cudagraphs says why)")
     depth = f", {layers} of its {full} layers" if args.layers else ""
-    where = (f"{args.size}{depth} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}, "
-             f"{device.type}")
+    where = (f"{args.size}{depth} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}"
+             f"{', regional' if args.regional else ''}, {device.type}")
     if failures:
         print(f"selfcheck: FAILED at {where}: " + "; ".join(failures))
         return 1

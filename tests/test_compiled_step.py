@@ -19,12 +19,12 @@ from machinery.step import compile_step
 CPU = torch.device("cpu")
 
 
-def tiny_pair(dropout=None, kind="electra"):
+def tiny_pair(dropout=None, kind="electra", layers=1):
     """Two identical tiny ELECTRAs (or BERTs: `kind`; one block each: compiling is slow on 2
     cores) with their optimizers, and three batches masked as training masks them; `dropout`
     overrides the size's."""
     cfg = replace(Config(), **SIZES["tiny"], vocab_size=100, model=kind)
-    cfg = replace(cfg, disc=replace(cfg.disc, layers=1, dropout=cfg.disc.dropout
+    cfg = replace(cfg, disc=replace(cfg.disc, layers=layers, dropout=cfg.disc.dropout
                                     if dropout is None else dropout))
     torch.manual_seed(0)
     model = build_model(cfg)
@@ -116,6 +116,38 @@ def test_inductor_step_equals_eager():
     with torch._inductor.config.patch(fallback_random=True):
         n_graphs, breaks = compiled_against_eager("inductor", rtol=1e-5, dropout=0.0)
     assert n_graphs == [1, 1, 1] and breaks == 0
+
+
+def test_the_regional_step_equals_eager_every_parameter_updated():
+    """compile_step(regional=True): G's and D's blocks nested compile regions (each traced once
+    for all its repeats: 2 layers here), the model one compiled module, Adam another. aot_eager
+    and eager's random numbers, as above: the losses of three steps and every parameter after
+    them equal eager's to float32 rounding. The parameters catch what the losses might hide: a
+    block whose gradient went missing (grad None: Adam skips it), as with the regions inside the
+    whole step's traced backward (machinery/step.py), or a block run with another's weights."""
+    import encoder
+    torch._dynamo.reset()
+    cfg, batches, model, opt, twin, twin_opt = tiny_pair(dropout=0.0, layers=2)
+    before = [p.detach().clone() for p in twin.parameters()]
+    with torch._inductor.config.patch(fallback_random=True):
+        step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, CPU, "fp32",
+                            backend="aot_eager", regional=True)
+        for i, batch in enumerate(batches):
+            torch.manual_seed(i)
+            eager = train.training_step(model, opt, batch, 1e-3 * (i + 1), cfg, CPU, "fp32")
+            torch.manual_seed(i)
+            compiled = step(batch, 1e-3 * (i + 1))
+            for k in ("mlm_loss", "disc_loss"):
+                assert compiled[k].item() == pytest.approx(eager[k].item(), rel=1e-6), (i, k)
+    for (name, p), q, b in zip(model.named_parameters(), twin.parameters(), before):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
+        assert not torch.equal(q, b) or torch.equal(p, b), name       # updated where eager was
+    assert all(p.grad is None for p in twin.parameters())
+    blocks = [m for m in twin.modules() if isinstance(m, encoder.Block)]
+    assert len(blocks) == 4 and all(type(b).is_compile_region for b in blocks)
+    # only these blocks: the class itself, and every other model's blocks, are untouched
+    assert not getattr(encoder.Block, "is_compile_region", False)
+    assert all(type(m) is encoder.Block for m in model.modules() if isinstance(m, encoder.Block))
 
 
 # ----------------------------------------------------------------------------- no host syncs

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import HANG, ROOT
+import plot_results
 
 SCRIPT = ROOT / "benchmarks" / "gpu_measure.sh"
 GLUE = ROOT.parent / "shared" / "data" / "glue"
@@ -221,6 +222,7 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     and TASKS say); a second all on the same WORK trains BERT-Small at the first run's FLOPs."""
     work, res = tmp_path / "work", tmp_path / "res"
     env = dict(WORK=str(work), CORPUS=str(corpus_file.parent), GLUE=str(GLUE), TASKS="rte",
+               POINTS=str(tmp_path / "none.jsonl"), PROFILE="3",
                FT_RESERVE="300", PRE_MIN="10", LIMIT_CHECK="1200", LIMIT_TASK="1200",
                CHECK_LAYERS="1")
     r = stage("all", 0.5, res, **env)          # (too few: pre-training gets PRE_MIN)
@@ -242,3 +244,32 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     if "pretrain_bert: ok" in summary(res):           # (not stopped at its limit)
         assert bert[-1]["flops"] >= log[-1]["flops"]
     assert (res / "glue_gpu_bert.json").exists()
+    # each all appended its point: ELECTRA, then BERT-Small at (up to) its FLOPs; next, ELECTRA
+    points = [json.loads(l) for l in (res / "points.jsonl").read_text().splitlines()]
+    assert [p["pretrain"]["model"] for p in points] == ["electra", "bert"]
+    electra = points[0]
+    assert electra["glue_tasks"] == ["rte"] and electra["tasks"]["rte"]["metric"] == "acc"
+    assert electra["pretrain"]["steps"] == log[-1]["step"]
+    assert electra["pretrain"]["flops"] == log[-1]["flops"]
+    assert electra["pretrain"]["passes_over_corpus"] > 0 and "all 0.5" in electra["command"]
+    assert "Name" in (res / "profile.txt").read_text()        # the profiled steps' table
+    nxt = subprocess.run([sys.executable, "benchmarks/record_point.py", "--next",
+                          str(res / "points.jsonl")], cwd=ROOT, capture_output=True, text=True)
+    assert nxt.stdout.strip() == "electra"
+    assert plot_results.main(["--results", str(res / "points.jsonl"), "--out_dir",
+                              str(tmp_path / "plots")]) == 0
+
+
+def test_a_point_without_glue_and_the_next_point_from_the_records(corpus_file, tmp_path):
+    """TASKS=none pre-trains and records the point without a GLUE score; with an ELECTRA point
+    in POINTS and no BERT point beside it, all trains BERT-Small to its FLOPs."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    points = tmp_path / "points.jsonl"
+    points.write_text(json.dumps({"pretrain": {"model": "electra", "flops": 2e12}}) + "\n")
+    r = stage("all", 0.2, res, WORK=str(work), CORPUS=str(corpus_file.parent), TASKS="none",
+              POINTS=str(points), PRE_MIN="5", LIMIT_CHECK="1200", CHECK_LAYERS="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = summary(res)
+    assert "BERT-Small to ELECTRA's 2e+12 FLOPs" in s and "finetune" not in s
+    rec = json.loads((res / "points.jsonl").read_text())
+    assert rec["pretrain"]["model"] == "bert" and rec["glue_tasks"] == [] and rec["glue_score"] is None
