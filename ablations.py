@@ -8,7 +8,7 @@
 | `--gen_size S` | (config) | G's width, a fraction of D's (§3.2) |
 | `--generator unigram` | `UnigramELECTRA` | x̂ by token frequency (§3.2) |
 | `--generator adversarial` | `AdversarialELECTRA` | G maximises $L_Disc$ (Appendix F) |
-| `--generator gumbel` | `GumbelELECTRA` | not the paper's: suggested in one of its peer reviews (docs/reviewers-questions.md) |
+| `--generator gumbel` | `GumbelELECTRA` | not the paper's: after a blog review's idea, with a straight-through gradient (docs/reviewers-questions.md) |
 | `--two_stage` | `TwoStageELECTRA` | G, then D from G's weights (§3.2) |
 
 Each class overrides one half of the step (generate or discriminate) or, for the training
@@ -209,12 +209,17 @@ def embed_tokens(emb, token_vectors, segment_ids=None):
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: a generator suggested in one of its peer reviews
-    (docs/reviewers-questions.md), maximum likelihood, then annealed towards ascending D's
-    loss through straight-through Gumbel-softmax samples: $x̂_t = argmax(l_t + g_t)$,
-    $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient follows
-    $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`). At $w = 1$:
-    Appendix F's adversarial G, with a biased, low-variance gradient instead of REINFORCE's."""
+    """Not the paper's: after a blog review of it ("Paper Review: Electra", not one of its peer
+    reviews; docs/reviewers-questions.md), which proposes "pretraining the generator as a masked
+    language model, and then slowly annealing between full maximum likelihood training of the
+    generator and using a full REINFORCE based gradient estimate using the Gumbel-Softmax
+    Trick". This code keeps the annealing but not REINFORCE: G's maximum likelihood is annealed
+    towards ascending D's loss through straight-through Gumbel-softmax samples,
+    $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient
+    follows $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`): a biased,
+    low-variance gradient through D's input, where REINFORCE (Appendix F's adversarial G,
+    `AdversarialELECTRA`) is unbiased and noisy. At $w = 1$ it is Appendix F's adversarial G with
+    that other estimator."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
