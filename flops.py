@@ -109,6 +109,28 @@ def train_flops_per_step(cfg, stage=None):
     return 2 * forward_flops(cfg) * cfg.batch_size
 
 
+def flops_by_part(cfg):
+    """ELECTRA's training FLOPs per step by network and part, $2 ×$ forward $×$ batch as
+    `train_flops_per_step` counts them: {(net, part): FLOPs}, net "G" or "D", part
+    "embeddings", "attention", "FFN" or "output head" (G's MLM head at its mask slots, D's
+    replaced-or-not head at every position). They add up to `train_flops_per_step(cfg)`. FFN is
+    what a block's count gains with its FFN width; the rest of the block (attention, its
+    projections, the residuals and LayerNorms) is attention. The Appendix E picture of the
+    flops.py page draws them for ELECTRA-Small (teaching/figures.py)."""
+    twice, s, out = 2 * cfg.batch_size, cfg.seq_len, {}
+    for net, enc in (("G", cfg.gen), ("D", cfg.disc)):
+        block = block_flops(enc.hidden, enc.heads, enc.ffn, s)
+        ffn = block - block_flops(enc.hidden, enc.heads, 0, s)
+        out[net, "embeddings"] = twice * s * embedding_flops(cfg.vocab_size, cfg.emb_size,
+                                                             enc.hidden, s)
+        out[net, "attention"] = twice * s * enc.layers * (block - ffn)
+        out[net, "FFN"] = twice * s * enc.layers * ffn
+    out["G", "output head"] = twice * cfg.n_slots * mlm_head_flops(cfg.vocab_size, cfg.emb_size,
+                                                                   cfg.gen.hidden)
+    out["D", "output head"] = twice * s * disc_head_flops(cfg.disc.hidden)
+    return out
+
+
 def hardware_flops_per_step(cfg, stage=None):
     """Engineering: the same count without the "dense" embedding lookups, what the hardware
     really multiplies, for MFU (with the paper's count a small model's "MFU" can exceed 100 %).
