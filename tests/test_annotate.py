@@ -268,7 +268,8 @@ def test_every_reading_path_file_has_its_page_in_order(built):
     assert in_order == [Path(f).stem + ".html" for f in READING_PATH]
     # the index states the idea before the reading path, key equation included
     idea = index[:index.index("The reading path")]
-    assert "discriminator D" in idea and "every" in idea and idea.count("<math") == 1
+    assert "discriminator D" in idea and "every" in idea
+    assert idea.count('<math display="block">') == 1 and idea.count("<math") == 2   # and k's
     for k, f in enumerate(READING_PATH):
         text = (out / (Path(f).stem + ".html")).read_text(encoding="utf-8")
         assert f"<h1>{k + 1}. <code>{f}</code></h1>" in text
@@ -317,6 +318,30 @@ def test_every_link_and_image_resolves_offline(built):
             n_images += tag == "img"
     assert n_images == sum(f.src.endswith(".png") for figs in FIGURES.values() for f in figs)
     assert (out / "style.css").stat().st_size > 1000
+
+
+@needs_markdown
+def test_every_file_a_note_names_is_a_link_that_works(built):
+    """A repository file a page names (docs/plateau.md, machinery/mlm_output.py, a script in a
+    command) is a link, outside code blocks, and it leads to a page of the folder that shows
+    the file: its reading-path page, or its own page with the file's text."""
+    out, pages = built
+    for p in pages:
+        text = (out / p).read_text(encoding="utf-8")
+        bare = re.sub(r"<pre.*?</pre>|<a [^>]*>.*?</a>|<title>.*?</title>", " ", text, flags=re.S)
+        bare = html.unescape(re.sub(r"<[^>]+>", " ", bare))
+        dead = {m for m in links.REPO_PATH.findall(bare)
+                if (ROOT / m).is_file() and m != p.replace(".html", ".py")}
+        assert not dead, f"{p}: names these files without a link: {sorted(dead)}"
+        for href, name in re.findall(r'<a href="(repo\.[^"#]+)">([^<]+)</a>', text):
+            page = (out / href).read_text(encoding="utf-8")
+            first = (ROOT / name).read_text(encoding="utf-8").strip().split("\n")[0]
+            assert f"<code>{html.escape(name)}</code></h1>" in page, (p, href)
+            assert words(first) in words(html.unescape(re.sub(r"<[^>]+>", "", page))), (p, href)
+    # the rule can fail: a file that exists is linked, one that does not is left as text
+    repo = links.RepoFiles(ROOT)
+    linked = links.Links({}, "x", repo=repo).html("see docs/plateau.md and docs/no_such.md")
+    assert linked == 'see <a href="repo.docs.plateau.md.html">docs/plateau.md</a> and docs/no_such.md'
 
 
 PAGES = ["index.html"] + [Path(f).stem + ".html" for f in READING_PATH]
