@@ -151,7 +151,8 @@ def draw_flops_by_part(path):
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [parts[r] / 1e9 for r in rows], color=[PART_COLOURS[p] for _, p in rows])
     for yi, r in zip(y, rows):
-        ax.text(parts[r] / 1e9 + 4, yi, f"{parts[r] / 1e9:,.0f} GFLOPs  {100 * parts[r] / total:.1f} %",
+        ax.text(parts[r] / 1e9 + 4, yi,
+                f"{parts[r] / 1e9:,.0f} GFLOPs  {100 * parts[r] / total:.1f} %",
                 va="center", fontsize=9)
     ax.set_yticks(y, [f"{net}: {part}" for net, part in rows], fontsize=10)
     g = sum(v for (net, _), v in parts.items() if net == "G")

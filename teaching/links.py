@@ -73,7 +73,8 @@ def definitions(source):
 
 # A path of this repository as a note writes it: `docs/plateau.md`, `machinery/step.py`,
 # `electra_small.py`, `ASSIGNMENTS.md`.
-REPO_PATH = re.compile(r"(?<![\w/.-])(?:[A-Za-z_][\w-]*/)*[A-Za-z_][\w.-]*\.(?:py|md|json|png|txt)\b")
+REPO_PATH = re.compile(r"(?<![\w/.-])(?:[A-Za-z_][\w-]*/)*[A-Za-z_][\w.-]*"
+                       r"\.(?:py|md|json|png|txt)\b")
 
 
 @dataclass

@@ -58,7 +58,8 @@ MATH_ACCENTS = {"\u0302": "ˆ", "\u0303": "˜", "\u0304": "¯", "\u0307": "˙"}
 INDICATOR = re.compile(r"(?<![\w.^])1(?=\()")
 # A row that ends on a ∑ (or ∏) with its limits would show "E[∑" alone: the row that follows
 # (its leading "  " text, an indent, dropped) goes on after it.
-BIG_AT_END = re.compile(r"(?:\bsum|∑|\bprod)(?:_(?:\{[^}]*\}|[^\s{]))?(?:\^(?:\{[^}]*\}|[^\s{]))?\s*$")
+BIG_AT_END = re.compile(r"(?:\bsum|∑|\bprod)(?:_(?:\{[^}]*\}|[^\s{]))?"
+                        r"(?:\^(?:\{[^}]*\}|[^\s{]))?\s*$")
 
 
 def mathml(src, display=False):

@@ -125,6 +125,11 @@ def test_the_math_notation_becomes_mathml():
     assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
+    # the indicator: 1( is 𝟙, 1 − p and x_1(y) are not; a row never ends on a ∑ and its limits
+    assert '<mo form="prefix">−</mo><mi mathvariant="normal">𝟙</mi><mo stretchy="false">(' \
+        in m("−1(x_t = y)") and "𝟙" not in m("1 − p") + m("x_1(y)") + m("0.1(y)")
+    disc = m('L = E[ sum_{t=1}^n\n "  " −1(a) log D\n "  " − 1(b) log(1 − D) ]', display=True)
+    assert disc.count("<mtr>") == 2 and "</munderover><mo form=\"prefix\">−</mo><mi" in disc
     for bad in ["x_", "x_{t", "^2", "a \\ b"]:
         with pytest.raises(mathml.MathError, match="math `"):
             m(bad)
@@ -341,7 +346,8 @@ def test_every_file_a_note_names_is_a_link_that_works(built):
     # the rule can fail: a file that exists is linked, one that does not is left as text
     repo = links.RepoFiles(ROOT)
     linked = links.Links({}, "x", repo=repo).html("see docs/plateau.md and docs/no_such.md")
-    assert linked == 'see <a href="repo.docs.plateau.md.html">docs/plateau.md</a> and docs/no_such.md'
+    assert linked == ('see <a href="repo.docs.plateau.md.html">docs/plateau.md</a> and '
+                      "docs/no_such.md")
 
 
 PAGES = ["index.html"] + [Path(f).stem + ".html" for f in READING_PATH]
