@@ -56,8 +56,9 @@ MATH_ACCENTS = {"\u0302": "ˆ", "\u0303": "˜", "\u0304": "¯", "\u0307": "˙"}
 # notes may write as themselves too; a 1 that reads as minus one or one times ... is written
 # with a space.
 INDICATOR = re.compile(r"(?<![\w.^])1(?=\()")
-# A row that ends on a ∑ (or ∏) with its limits would show "E[∑" alone: the row that follows
-# (its leading "  " text, an indent, dropped) goes on after it.
+# A row that ends on a ∑ (or ∏) with its limits would show "E[∑" alone: the ∑ goes on with the
+# row that follows (its leading "  " text, an indent, dropped), and the row breaks after its
+# "=" instead.
 BIG_AT_END = re.compile(r"(?:\bsum|∑|\bprod)(?:_(?:\{[^}]*\}|[^\s{]))?"
                         r"(?:\^(?:\{[^}]*\}|[^\s{]))?\s*$")
 
@@ -174,7 +175,13 @@ def mathml(src, display=False):
     lines = []
     for line in src.strip().split("\n"):
         if lines and BIG_AT_END.search(lines[-1]):
-            lines[-1] += " " + re.sub(r'^\s*"\s*"', "", line)
+            last, rest = lines[-1], re.sub(r'^\s*"\s*"', "", line)
+            depth, cut = 0, None                   # the last "=" outside brackets and groups
+            for i, ch in enumerate(last):
+                depth += (ch in "([{") - (ch in ")]}")
+                cut = i if ch == "=" and depth == 0 else cut
+            lines[-1:] = [last[:cut + 1], f'{last[cut + 1:].strip()} {rest}'] \
+                if cut is not None else [f"{last} {rest}"]
         else:
             lines.append(line)
     rows = [[cell(tokens(c)) for c in line.split("&")] for line in lines]

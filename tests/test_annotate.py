@@ -129,7 +129,8 @@ def test_the_math_notation_becomes_mathml():
     assert '<mo form="prefix">−</mo><mi mathvariant="normal">𝟙</mi><mo stretchy="false">(' \
         in m("−1(x_t = y)") and "𝟙" not in m("1 − p") + m("x_1(y)") + m("0.1(y)")
     disc = m('L = E[ sum_{t=1}^n\n "  " −1(a) log D\n "  " − 1(b) log(1 − D) ]', display=True)
-    assert disc.count("<mtr>") == 2 and "</munderover><mo form=\"prefix\">−</mo><mi" in disc
+    assert disc.count("<mtr>") == 3 and "</munderover><mo form=\"prefix\">−</mo><mi" in disc \
+        and "<mo>=</mo></mtd></mtr>" in disc                  # the row breaks after "="
     for bad in ["x_", "x_{t", "^2", "a \\ b"]:
         with pytest.raises(mathml.MathError, match="math `"):
             m(bad)
