@@ -209,17 +209,14 @@ def embed_tokens(emb, token_vectors, segment_ids=None):
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: after a blog review of it ("Paper Review: Electra", not one of its peer
-    reviews; docs/reviewers-questions.md), which proposes "pretraining the generator as a masked
-    language model, and then slowly annealing between full maximum likelihood training of the
-    generator and using a full REINFORCE based gradient estimate using the Gumbel-Softmax
-    Trick". This code keeps the annealing but not REINFORCE: G's maximum likelihood is annealed
-    towards ascending D's loss through straight-through Gumbel-softmax samples,
-    $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient
-    follows $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`): a biased,
-    low-variance gradient through D's input, where REINFORCE (Appendix F's adversarial G,
-    `AdversarialELECTRA`) is unbiased and noisy. At $w = 1$ it is Appendix F's adversarial G with
-    that other estimator."""
+    """Not the paper's: a blog review ("Paper Review: Electra", not a peer review;
+    docs/reviewers-questions.md) proposes annealing G from maximum likelihood to "a full
+    REINFORCE based gradient estimate using the Gumbel-Softmax Trick". This code anneals to a
+    straight-through Gumbel-softmax gradient instead: $x̂_t = argmax(l_t + g_t)$,
+    $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient follows
+    $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`): biased and
+    low-variance, through D's input, where REINFORCE (Appendix F, `AdversarialELECTRA`) is
+    unbiased and noisy."""
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -110,13 +110,10 @@ def train_flops_per_step(cfg, stage=None):
 
 
 def flops_by_part(cfg):
-    """ELECTRA's training FLOPs per step by network and part, $2 ×$ forward $×$ batch as
-    `train_flops_per_step` counts them: {(net, part): FLOPs}, net "G" or "D", part
-    "embeddings", "attention", "FFN" or "output head" (G's MLM head at its mask slots, D's
-    replaced-or-not head at every position). They add up to `train_flops_per_step(cfg)`. FFN is
-    what a block's count gains with its FFN width; the rest of the block (attention, its
-    projections, the residuals and LayerNorms) is attention. The Appendix E picture of the
-    flops.py page draws them for ELECTRA-Small (teaching/figures.py)."""
+    """`train_flops_per_step` of ELECTRA by network and part: {(net, part): FLOPs}, net "G"
+    or "D", part "embeddings", "attention", "FFN" or "output head" (G's MLM head at its mask
+    slots, D's head at every position); the parts add up to the step. FFN: what a block gains
+    with its FFN width; attention: the rest of the block. The picture above draws them."""
     twice, s, out = 2 * cfg.batch_size, cfg.seq_len, {}
     for net, enc in (("G", cfg.gen), ("D", cfg.disc)):
         block = block_flops(enc.hidden, enc.heads, enc.ffn, s)
