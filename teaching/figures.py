@@ -147,20 +147,20 @@ def draw_flops_by_part(path):
     cfg = Config()                              # the defaults are ELECTRA-Small (Table 6)
     parts, total = flops_by_part(cfg), train_flops_per_step(cfg)
     rows = [(net, part) for net in ("G", "D") for part in PARTS]
-    fig, ax = plt.subplots(figsize=(8, 3.9), dpi=100)
+    fig, ax = plt.subplots(figsize=(5, 3.9), dpi=100)     # 500 px: legible on a phone
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [parts[r] / 1e9 for r in rows], color=[PART_COLOURS[p] for _, p in rows])
     for yi, r in zip(y, rows):
-        ax.text(parts[r] / 1e9 + 4, yi,
-                f"{parts[r] / 1e9:,.0f} GFLOPs  {100 * parts[r] / total:.1f} %",
-                va="center", fontsize=9)
-    ax.set_yticks(y, [f"{net}: {part}" for net, part in rows], fontsize=10)
+        ax.text(parts[r] / 1e9 + 6, yi, f"{parts[r] / 1e9:,.0f} ({100 * parts[r] / total:.1f} %)",
+                va="center", fontsize=8.5)
+    ax.set_yticks(y, [f"{net}: {part}" for net, part in rows], fontsize=9)
     g = sum(v for (net, _), v in parts.items() if net == "G")
-    ax.set_xlim(0, max(parts.values()) / 1e9 * 1.45)
-    ax.set_xlabel("GFLOPs per training step (forward and backward, batch 128 × 128 tokens)")
-    ax.set_title(f"ELECTRA-Small, one training step: {total / 1e12:.2f}e12 FLOPs by Appendix E's "
-                 f"count\nG {100 * g / total:.0f} %, D {100 * (total - g) / total:.0f} %; "
-                 "embeddings as dense one-hot lookups", fontsize=10)
+    ax.set_xlim(0, max(parts.values()) / 1e9 * 1.5)
+    ax.set_xlabel("GFLOPs per step (forward + backward, batch 128 × 128)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8.5)
+    ax.set_title(f"ELECTRA-Small's training step by Appendix E:\n{total / 1e12:.2f}e12 FLOPs, "
+                 f"G {100 * g / total:.0f} %, D {100 * (total - g) / total:.0f} % "
+                 "(lookups counted dense)", fontsize=9.5)
     ax.axhline(3.5, color="#cccccc", lw=1)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
