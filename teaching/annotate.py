@@ -32,6 +32,7 @@ import html
 import inspect
 import io
 import json
+import posixpath
 import re
 import shutil
 import sys
@@ -382,25 +383,51 @@ def render_page(k, file, root, out, libs, defs, repo=None):
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
 
 
-def repo_page(path, root, libs):
-    """The page of a repository file a note names, off the reading path: its text as it is,
-    highlighted, so that the note's link works from disk (the notes of a rendered page are
-    the reading path's; this is the file itself)."""
-    _, highlight, HtmlFormatter, _ = libs
-    from pygments.lexers import get_lexer_for_filename
-    from pygments.util import ClassNotFound
+def repo_page(path, root, out, libs, pages):
+    """The page of a repository file a note names, off the reading path, so that the note's
+    link works from disk: a Markdown document rendered (its links to the reading path and to
+    the other files' pages kept, its pictures copied into out/figures/, any other link left as
+    its text), any other file as it is, highlighted. `pages`: {path: href} of those files."""
+    markdown, highlight, HtmlFormatter, _ = libs
     text = (root / path).read_text(encoding="utf-8", errors="replace")
-    try:
-        lexer = get_lexer_for_filename(path)
-    except ClassNotFound:
-        from pygments.lexers import TextLexer
-        lexer = TextLexer()
-    kind = "prose" if path.endswith((".md", ".txt")) else "code"
-    body = (f'<div class="wide repo"><h1><code>{html.escape(path)}</code></h1>'
-            "<p>This repository's file as it is in the copy the pages were built from, shown "
-            "for the notes that name it.</p>"
-            f'<pre class="highlight repo-{kind}"><code>'
-            f"{highlight(text, lexer, HtmlFormatter(nowrap=True))}</code></pre></div>")
+    intro = (f"<p>The repository's file <code>{html.escape(path)}</code>, as it is in the copy "
+             "the pages were built from, shown for the notes that name it.</p>")
+    if path.endswith(".md"):
+        doc = markdown.markdown(text, extensions=["fenced_code", "tables", "toc"],
+                                output_format="html")
+        folder = posixpath.dirname(path)
+
+        def relink(m):
+            """One <a href> or <img src> of the document -> its address in the folder."""
+            tag, before, attr, ref, after = m.groups()
+            if re.match(r"[a-z]+:|#", ref):
+                return m.group(0)
+            target, _, anchor = ref.partition("#")
+            target = posixpath.normpath(posixpath.join(folder, html.unescape(target)))
+            if tag == "img" and target.endswith(".png") and (root / target).is_file():
+                (out / "figures").mkdir(exist_ok=True)
+                shutil.copyfile(root / target, out / "figures" / posixpath.basename(target))
+                href = f"figures/{posixpath.basename(target)}"
+            elif target in READING_PATH:
+                href = page_name(target)
+            elif target in pages and not pages[target].startswith("figures/"):
+                href = pages[target] + (f"#{anchor}" if anchor else "")
+            else:                                    # not in the folder: the text alone
+                return f'<{tag}{before} data-file="{html.escape(target)}"{after}>'
+            return f'<{tag}{before} {attr}="{href}"{after}>'
+        doc = re.sub(r'<(a|img)\b([^>]*?)\s(href|src)="([^"]*)"([^>]*)>', relink, doc)
+        body = f'<div class="wide repo">{intro}{doc}</div>'
+    else:
+        from pygments.lexers import get_lexer_for_filename
+        from pygments.util import ClassNotFound
+        try:
+            lexer = get_lexer_for_filename(path)
+        except ClassNotFound:
+            from pygments.lexers import TextLexer
+            lexer = TextLexer()
+        body = (f'<div class="wide repo"><h1>{html.escape(posixpath.basename(path))}</h1>{intro}'
+                f'<pre class="highlight repo-code"><code>'
+                f"{highlight(text, lexer, HtmlFormatter(nowrap=True))}</code></pre></div>")
     return PAGE.format(title=html.escape(f"{path} - {TITLE}"), nav=nav(-1), body=body)
 
 
@@ -486,7 +513,8 @@ def build(out, root=ROOT):
                 (tmp / "figures").mkdir(exist_ok=True)
                 shutil.copyfile(root / path, tmp / href)
             else:
-                (tmp / href).write_text(repo_page(path, root, libs), encoding="utf-8")
+                (tmp / href).write_text(repo_page(path, root, tmp, libs, repo.used),
+                                        encoding="utf-8")
         # Pygments' colours, then one rule of ours: the code column's own background shows
         # through (Pygments' would paint only the lines, not the column's full height).
         (tmp / "style.css").write_text(STYLE + libs[2](style="friendly").get_style_defs(

@@ -342,8 +342,10 @@ def test_every_file_a_note_names_is_a_link_that_works(built):
         for href, name in re.findall(r'<a href="(repo\.[^"#]+)">([^<]+)</a>', text):
             page = (out / href).read_text(encoding="utf-8")
             first = (ROOT / name).read_text(encoding="utf-8").strip().split("\n")[0]
-            assert f"<code>{html.escape(name)}</code></h1>" in page, (p, href)
+            assert f"file <code>{html.escape(name)}</code>," in page, (p, href)
             assert words(first) in words(html.unescape(re.sub(r"<[^>]+>", "", page))), (p, href)
+            for ref in re.findall(r'<(?:a|img|link)\s[^>]*?(?:href|src)="(?![a-z]+:)([^"#]+)', page):
+                assert (out / ref).is_file(), f"{href}: {ref} does not resolve"
     # the rule can fail: a file that exists is linked, one that does not is left as text
     repo = links.RepoFiles(ROOT)
     linked = links.Links({}, "x", repo=repo).html("see docs/plateau.md and docs/no_such.md")
