@@ -8,7 +8,7 @@
 | `--gen_size S` | (config) | G's width, a fraction of D's (§3.2) |
 | `--generator unigram` | `UnigramELECTRA` | x̂ by token frequency (§3.2) |
 | `--generator adversarial` | `AdversarialELECTRA` | G maximises $L_Disc$ (Appendix F) |
-| `--generator gumbel` | `GumbelELECTRA` | not the paper's: suggested in one of its peer reviews (docs/reviewers-questions.md) |
+| `--generator gumbel` | `GumbelELECTRA` | not the paper's: after a blog review's idea, with a straight-through gradient (docs/reviewers-questions.md) |
 | `--two_stage` | `TwoStageELECTRA` | G, then D from G's weights (§3.2) |
 
 Each class overrides one half of the step (generate or discriminate) or, for the training
@@ -209,12 +209,14 @@ def embed_tokens(emb, token_vectors, segment_ids=None):
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: a generator suggested in one of its peer reviews
-    (docs/reviewers-questions.md), maximum likelihood, then annealed towards ascending D's
-    loss through straight-through Gumbel-softmax samples: $x̂_t = argmax(l_t + g_t)$,
+    """Not the paper's: a blog review ("Paper Review: Electra", not a peer review;
+    docs/reviewers-questions.md) proposes annealing G from maximum likelihood to "a full
+    REINFORCE based gradient estimate using the Gumbel-Softmax Trick". This code anneals to a
+    straight-through Gumbel-softmax gradient instead: $x̂_t = argmax(l_t + g_t)$,
     $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient follows
-    $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`). At $w = 1$:
-    Appendix F's adversarial G, with a biased, low-variance gradient instead of REINFORCE's."""
+    $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`): biased and
+    low-variance, through D's input, where REINFORCE (Appendix F, `AdversarialELECTRA`) is
+    unbiased and noisy."""
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -18,10 +18,12 @@ class Config:
     model: str = "electra"          # "electra" (G + D, replaced token detection) | "bert" (MLM)
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
     generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
-                                    # | "gumbel" (a peer review's: ablations.GumbelELECTRA)
-    # `--generator gumbel` only (not the paper's: a generator suggested in one of the paper's
-    # peer reviews, docs/reviewers-questions.md): w, the adversarial weight in G's gradient, 0
-    # until gumbel_start of the budget, then linearly up to gumbel_weight
+                                    # | "gumbel" (a blog review's idea: ablations.GumbelELECTRA)
+    # `--generator gumbel` only (not the paper's: after a blog review, "Paper Review: Electra",
+    # which proposes annealing G from maximum likelihood to "a full REINFORCE based gradient
+    # estimate using the Gumbel-Softmax Trick"; this code anneals to a straight-through
+    # Gumbel-softmax gradient instead, docs/reviewers-questions.md): w, the adversarial weight
+    # in G's gradient, 0 until gumbel_start of the budget, then linearly up to gumbel_weight
     # (ablations.gumbel_weight); gumbel_tau: the Gumbel-softmax temperature of the backward.
     gumbel_tau: float = 1.0
     gumbel_start: float = 0.5

@@ -85,8 +85,10 @@ def parse_args(argv=None):
                                             "all_tokens_mlm"], default=None)
     ab.add_argument("--generator", choices=["mlm", "unigram", "adversarial", "gumbel"],
                     default=None)
-    # The reviewer's generator (ablations.GumbelELECTRA). Defaults: half the budget of pure
-    # maximum likelihood (G "pre-trained" as §2 trains it), then w rises to 0.5, so G stays
+    # A blog review's idea (docs/reviewers-questions.md) with a straight-through Gumbel-softmax
+    # gradient where the review proposed REINFORCE (ablations.GumbelELECTRA). Defaults: half the
+    # budget of pure maximum likelihood (the review's "pretraining the generator as a masked
+    # language model", as §2 trains it), then w rises to 0.5, so G stays
     # half a language model (at w = 1 it is Appendix F's adversarial G, which the paper found
     # worse); τ = 1, where Jang et al. (2017) start, the soft sample's gradient at p_G's scale.
     ab.add_argument("--gumbel_tau", type=cli.positive_float, default=None,

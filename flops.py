@@ -109,6 +109,25 @@ def train_flops_per_step(cfg, stage=None):
     return 2 * forward_flops(cfg) * cfg.batch_size
 
 
+def flops_by_part(cfg):
+    """`train_flops_per_step` of ELECTRA by network and part: {(net, part): FLOPs}, net "G"
+    or "D", part "embeddings", "attention", "FFN" or "output head" (G's MLM head at its mask
+    slots, D's head at every position); the parts add up to the step. FFN: what a block gains
+    with its FFN width; attention: the rest of the block. The picture above draws them."""
+    twice, s, out = 2 * cfg.batch_size, cfg.seq_len, {}
+    for net, enc in (("G", cfg.gen), ("D", cfg.disc)):
+        block = block_flops(enc.hidden, enc.heads, enc.ffn, s)
+        ffn = block - block_flops(enc.hidden, enc.heads, 0, s)
+        out[net, "embeddings"] = twice * s * embedding_flops(cfg.vocab_size, cfg.emb_size,
+                                                             enc.hidden, s)
+        out[net, "attention"] = twice * s * enc.layers * (block - ffn)
+        out[net, "FFN"] = twice * s * enc.layers * ffn
+    out["G", "output head"] = twice * cfg.n_slots * mlm_head_flops(cfg.vocab_size, cfg.emb_size,
+                                                                   cfg.gen.hidden)
+    out["D", "output head"] = twice * s * disc_head_flops(cfg.disc.hidden)
+    return out
+
+
 def hardware_flops_per_step(cfg, stage=None):
     """Engineering: the same count without the "dense" embedding lookups, what the hardware
     really multiplies, for MFU (with the paper's count a small model's "MFU" can exceed 100 %).

@@ -1,4 +1,4 @@
-"""Analysis: looking inside a trained discriminator (Figure 2, and the reviewers' questions).
+"""Analysis: looking inside a trained discriminator (Figure 2, and a blog review's questions).
 
     inspect_discriminator.py   the command: P(replaced) per token, Figure 2 on your text,
                                calibration, zero-shot CoLA / SST-2, attention by offset,

@@ -1,5 +1,5 @@
 """The intrinsic analyses of a trained discriminator: the questions §2 and Figure 2 raise but
-the paper leaves unmeasured (its reviewer asks: is D calibrated? does it find grammatical
+the paper leaves unmeasured (a blog review of it asks: is D calibrated? does it find grammatical
 errors? can its scores rank sentences?), and zero-shot classification with D's head (Ni & Kao
 2022, "ELECTRA is a Zero-Shot Learner, Too"). No fine-tuning anywhere: D as pre-trained.
 

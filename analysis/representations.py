@@ -1,6 +1,7 @@
 """How ELECTRA's discriminator represents text, against BERT's masked LM of equal compute: the
-reviewer's question the paper leaves open (review-springboard.txt: "how do the representations
-differ from those learned by BERT?"). §3.3 compares the two only through GLUE scores.
+question a blog review asks and the paper leaves open (review-springboard.txt, "Paper Review:
+Electra": "how do they differ from representations learnt by BERT, for example?"). §3.3
+compares the two only through GLUE scores.
 
 Two measurements on the same held-out tokens (real text, no [MASK], no corruption: what each
 network reads when it is fine-tuned):

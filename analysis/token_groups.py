@@ -1,5 +1,6 @@
-"""Which tokens D distrusts: the reviewer's question whether the discriminator is biased in what
-it flags as disfluent, "by part of speech, say" (review-springboard.txt); the paper does not look.
+"""Which tokens D distrusts: a blog review's question (review-springboard.txt, "Paper Review:
+Electra"), "Is there any bias intrinisc in which tokens the discriminator predicts as being
+disfluent (e.g by POS tag)?"; the paper does not look.
 
 No part-of-speech tagger ships offline, so the tokens are grouped by what the tokenizer and the
 text tell. Every token of x_corrupt - the token D sees, an original or G's sample - falls in

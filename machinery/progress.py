@@ -4,9 +4,10 @@ the same rule. A log record is the dict train.log_record writes to log.jsonl."""
 import time
 
 
-# When D has left the "everything is real" plateau: it catches at least PLATEAU_RECALL of the
-# replaced tokens *and* L_Disc is below PLATEAU_LOSS x the plateau's loss H(r). Recall alone is
-# not enough: a freshly initialised D flags tokens at random, which catches some. Over the laptop
+# D is on the "everything is real" plateau while it catches under PLATEAU_RECALL of the replaced
+# tokens (its L_Disc may meanwhile fall below the plateau's loss H(r)). It has left it when it
+# catches at least that many *and* L_Disc is below PLATEAU_LOSS x H(r): recall alone is not
+# enough, as a freshly initialised D flags tokens at random, which catches some. Over the laptop
 # runs of docs/results.md, D first passed both marks at step 1,000-3,200 with one block and
 # 1,800-6,600 with two, however many minutes those steps took; runs stopped sooner never did.
 PLATEAU_RECALL, PLATEAU_LOSS = 0.10, 0.9

@@ -32,6 +32,7 @@ import html
 import inspect
 import io
 import json
+import posixpath
 import re
 import shutil
 import sys
@@ -46,7 +47,7 @@ if not __package__:   # run as a path (python teaching/annotate.py): import from
 
 from machinery import cli
 from teaching.figures import FIGURES, step_table
-from teaching.links import OFFICIAL, PAPER, Links, definitions
+from teaching.links import OFFICIAL, PAPER, Links, RepoFiles, definitions
 from teaching.mathml import MATH_DISPLAY, MATH_INLINE, PLACE, MathError, mathml
 from teaching.page_style import PAGE, STYLE
 
@@ -56,6 +57,11 @@ ROOT = Path(__file__).resolve().parents[1]                 # the project root
 READING_PATH = ["objectives.py", "generator.py", "discriminator.py", "encoder.py", "train.py",
                 "config.py", "optim.py", "data.py", "batches.py", "ablations.py",
                 "finetune_glue.py", "glue.py", "flops.py"]
+
+# Pages that are mostly input and output: marked on the index and on the page itself, so that
+# the core path (the others) reads in one sitting.
+OPTIONAL = ("data.py", "batches.py", "glue.py")
+OPTIONAL_NOTE = "optional, mostly input and output: skip on a first read"
 
 TITLE = "The Annotated ELECTRA"
 MARKER = ".annotated-electra"       # in a built folder: a rebuild may replace that folder
@@ -335,7 +341,7 @@ def figure_html(fig, markdown, root, out, links):
     return f'<figure class="{kind}">\n{body}\n<figcaption>{caption}</figcaption>\n</figure>'
 
 
-def render_page(k, file, root, out, libs, defs):
+def render_page(k, file, root, out, libs, defs, repo=None):
     """The HTML of page k (file); figures are copied into out."""
     markdown, highlight, HtmlFormatter, PythonLexer = libs
     source = (root / file).read_text(encoding="utf-8")
@@ -343,21 +349,26 @@ def render_page(k, file, root, out, libs, defs):
     names, stem = definitions(source), Path(file).stem
     lexer, fmt = PythonLexer(), HtmlFormatter(nowrap=True)
     body = [f'<header class="intro"><h1>{k + 1}. <code>{file}</code></h1>']
+    if file in OPTIONAL:
+        body.append(f'<p class="optional">{OPTIONAL_NOTE.capitalize()}; the core path goes on '
+                    "without it.</p>")
     first, _, rest = intro.partition("\n\n")                # the first paragraph leads
-    body.append(f'<div class="lead">{notes_html(markdown, first, Links(defs, stem))}</div>')
-    body.append(notes_html(markdown, rest, Links(defs, stem)) + "</header>")
-    body += [figure_html(f, markdown, root, out, Links(defs, stem)) for f in FIGURES.get(file, [])]
+    links = Links(defs, stem, repo=repo)
+    body.append(f'<div class="lead">{notes_html(markdown, first, links)}</div>')
+    body.append(notes_html(markdown, rest, links) + "</header>")
+    body += [figure_html(f, markdown, root, out, links) for f in FIGURES.get(file, [])]
     body.append("<main>")
     n_heading = 0
     for s in sections:
         if s.heading:
             n_heading += 1
-            body.append(f'<h2 class="banner" id="s{n_heading}">{html.escape(s.heading)}</h2>')
+            heading = Links(defs, stem, repo=repo).html(html.escape(s.heading))
+            body.append(f'<h2 class="banner" id="s{n_heading}">{heading}</h2>')
             continue
         # the definitions that start in this block: anchors for the notes that name them
         here = tuple(names[i] for i in range(s.first_line, s.last_line + 1)
                      if i in names) if s.code else ()
-        notes = notes_html(markdown, "\n".join(s.notes), Links(defs, stem, here)) \
+        notes = notes_html(markdown, "\n".join(s.notes), Links(defs, stem, here, repo)) \
             if s.notes else ""
         code, anchor = "", ""
         if s.code:                  # each block can be linked to: page.html#L42, its first line
@@ -372,6 +383,54 @@ def render_page(k, file, root, out, libs, defs):
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
 
 
+def repo_page(path, root, out, libs, pages):
+    """The page of a repository file a note names, off the reading path, so that the note's
+    link works from disk: a Markdown document rendered (its links to the reading path and to
+    the other files' pages kept, its pictures copied into out/figures/, any other link left as
+    its text), any other file as it is, highlighted. `pages`: {path: href} of those files."""
+    markdown, highlight, HtmlFormatter, _ = libs
+    text = (root / path).read_text(encoding="utf-8", errors="replace")
+    intro = (f"<p>The repository's file <code>{html.escape(path)}</code>, as it is in the copy "
+             "the pages were built from, shown for the notes that name it.</p>")
+    if path.endswith(".md"):
+        doc = markdown.markdown(text, extensions=["fenced_code", "tables", "toc"],
+                                output_format="html")
+        folder = posixpath.dirname(path)
+
+        def relink(m):
+            """One <a href> or <img src> of the document -> its address in the folder."""
+            tag, before, attr, ref, after = m.groups()
+            if re.match(r"[a-z]+:|#", ref):
+                return m.group(0)
+            target, _, anchor = ref.partition("#")
+            target = posixpath.normpath(posixpath.join(folder, html.unescape(target)))
+            if tag == "img" and target.endswith(".png") and (root / target).is_file():
+                (out / "figures").mkdir(exist_ok=True)
+                shutil.copyfile(root / target, out / "figures" / posixpath.basename(target))
+                href = f"figures/{posixpath.basename(target)}"
+            elif target in READING_PATH:
+                href = page_name(target)
+            elif target in pages and not pages[target].startswith("figures/"):
+                href = pages[target] + (f"#{anchor}" if anchor else "")
+            else:                                    # not in the folder: the text alone
+                return f'<{tag}{before} data-file="{html.escape(target)}"{after}>'
+            return f'<{tag}{before} {attr}="{href}"{after}>'
+        doc = re.sub(r'<(a|img)\b([^>]*?)\s(href|src)="([^"]*)"([^>]*)>', relink, doc)
+        body = f'<div class="wide repo">{intro}{doc}</div>'
+    else:
+        from pygments.lexers import get_lexer_for_filename
+        from pygments.util import ClassNotFound
+        try:
+            lexer = get_lexer_for_filename(path)
+        except ClassNotFound:
+            from pygments.lexers import TextLexer
+            lexer = TextLexer()
+        body = (f'<div class="wide repo"><h1>{html.escape(posixpath.basename(path))}</h1>{intro}'
+                f'<pre class="highlight repo-code"><code>'
+                f"{highlight(text, lexer, HtmlFormatter(nowrap=True))}</code></pre></div>")
+    return PAGE.format(title=html.escape(f"{path} - {TITLE}"), nav=nav(-1), body=body)
+
+
 # The idea, before the reading path: what a reader should hold in mind on every page.
 IDEA = """ELECTRA (Clark, Luong, Le and Manning, ICLR 2020) trains a text encoder on a
 different question. BERT hides 15 % of the words and learns from guessing those alone.
@@ -379,7 +438,8 @@ ELECTRA lets a small masked language model, the generator G, fill the hidden pla
 plausible words, and trains the discriminator D to say for *every* word whether it is the
 original or a replacement. D, the model we keep, learns from every word, and at equal compute
 fine-tunes to better GLUE scores than BERT (Table 1; §3.5 traces the gain mostly to the loss
-over all tokens). One step (§2): mask, sample and corrupt, the losses:
+over all tokens). One step (§2) on a text x of n tokens, of which $k = ⌈0.15 n⌉$ are masked
+(footnote 3; this code rounds 0.15 n instead): mask, sample and corrupt, the losses:
 
 $$ m = k "random positions of" x
    x^masked = REPLACE(x, m, [MASK])
@@ -394,23 +454,30 @@ asides. The `# BEGIN ASSIGNMENT x` and `# END ASSIGNMENT x` lines in the code ma
 student copy blanks (ASSIGNMENTS.md)."""
 
 
-def render_index(root, out, libs, defs):
+def render_index(root, out, libs, defs, repo=None):
     markdown = libs[0]
     items = []
     for k, file in enumerate(READING_PATH):
         intro, _ = parse((root / file).read_text(encoding="utf-8"))
-        first = notes_html(markdown, intro.partition("\n\n")[0], Links(defs, "index"))
+        first = notes_html(markdown, intro.partition("\n\n")[0], Links(defs, "index", repo=repo))
         first = re.sub(r"^<p>|</p>$", "", first)
-        items.append(f'<li><a class="file" href="{page_name(file)}">{file}</a> - {first}</li>')
-    idea = notes_html(markdown, IDEA, Links(defs, "index"))
+        optional = f' <em class="optional">({OPTIONAL_NOTE})</em>' if file in OPTIONAL else ""
+        items.append(f'<li><a class="file" href="{page_name(file)}">{file}</a>{optional} - '
+                     f"{first}</li>")
+    idea = notes_html(markdown, IDEA, Links(defs, "index", repo=repo))
     body = [f'<div class="index"><h1>{TITLE}</h1>', f'<div class="lead">{idea}</div>']
-    body += [figure_html(f, markdown, root, out, Links(defs, "index"))
+    body += [figure_html(f, markdown, root, out, Links(defs, "index", repo=repo))
              for f in FIGURES.get("index", [])]
     body.append("<h2>The reading path</h2>")
+    numbers = [str(READING_PATH.index(f) + 1) for f in OPTIONAL]
+    body.append(f"<p>Files {', '.join(numbers[:-1])} and {numbers[-1]} are {OPTIONAL_NOTE}; "
+                f"the other {len(READING_PATH) - len(OPTIONAL)} are the core path, to read in "
+                "one sitting.</p>")
     body.append('<ol class="path">' + "\n".join(items) + "</ol>")
-    body.append("<p>Then the rest of the project (the command line <code>electra_small.py</code>, "
-                "<code>machinery/</code>, <code>analysis/</code>) in the source itself; the "
-                "README lists it.</p></div>")
+    body.append(Links(defs, "index", repo=repo).html(
+        "<p>Then the rest of the project (the command line <code>electra_small.py</code>, "
+        "<code>machinery/</code>, <code>analysis/</code>) in the source itself; the "
+        "README lists it.</p></div>"))
     return PAGE.format(title=TITLE, nav=nav(-1), body="\n".join(body))
 
 
@@ -432,14 +499,22 @@ def build(out, root=ROOT):
     tmp = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out.parent))
     tmp.chmod(0o755)                               # mkdtemp's folder is private; pages are not
     try:
-        pages = {"index.html": render_index(root, tmp, libs, defs)}
+        repo = RepoFiles(root)                    # the files the notes name, off the path
+        pages = {"index.html": render_index(root, tmp, libs, defs, repo)}
         for k, file in enumerate(READING_PATH):
             try:
-                pages[page_name(file)] = render_page(k, file, root, tmp, libs, defs)
+                pages[page_name(file)] = render_page(k, file, root, tmp, libs, defs, repo)
             except AnnotateError as e:
                 raise AnnotateError(f"{file}: {e}") from None
         for name, text in pages.items():
             (tmp / name).write_text(text, encoding="utf-8")
+        for path, href in sorted(repo.used.items()):
+            if href.startswith("figures/"):
+                (tmp / "figures").mkdir(exist_ok=True)
+                shutil.copyfile(root / path, tmp / href)
+            else:
+                (tmp / href).write_text(repo_page(path, root, tmp, libs, repo.used),
+                                        encoding="utf-8")
         # Pygments' colours, then one rule of ours: the code column's own background shows
         # through (Pygments' would paint only the lines, not the column's full height).
         (tmp / "style.css").write_text(STYLE + libs[2](style="friendly").get_style_defs(

@@ -8,13 +8,18 @@ never inside a link, a code block or another code span:
     a file of the reading path (`optim.py`)                         -> its page
     a section, table, figure, appendix or footnote (`§3.2`)          -> that page of the paper
     a file of the official code (`pretrain_helpers.py`)              -> it, at a pinned commit
+    another file of this repository (`docs/plateau.md`, `machinery/step.py`)
+                                                                     -> its page in the folder
 
 `definitions` finds the anchors: the classes and functions of a file and their methods. Nothing
-is fetched: the links are only addresses."""
+is fetched: the links are only addresses. A repository file off the reading path gets a page of
+its own in the built folder, its text as it is (`RepoFiles`), so that the link works from disk
+as well as from a server."""
 import ast
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 PAPER = "https://arxiv.org/abs/2003.10555"
 PAPER_PDF = "https://arxiv.org/pdf/2003.10555v1#page={}"     # the ICLR 2020 version's pages
@@ -42,6 +47,8 @@ LINKABLE = re.compile(
     r"(?P<official>\b(?:[a-z]+/)*(?:%s)(?:\.py\b|\.[A-Za-z_]\w*))"
     r"|(?P<paper>§\s?\d(?:\.\d)?|\bAppendix [A-H]\b(?:(?:, | and )[A-H]\b)*|\bTable \d\b"
     r"|\bFigure \d\b|\bfootnote \d\b)"
+    r"|(?P<repo>(?<![\w/.-])(?:[A-Za-z_][\w-]*/)+[\w.-]*\w\.(?:py|md|json|png|txt)\b"
+    r"|\b[A-Za-z_][\w-]*\.md\b)"
     r"|(?P<file>\b[a-z_]+\.py\b)"
     r"|(?P<qual>\b[a-z_]+\.[A-Za-z_]\w*(?:\.[a-z_]\w*)?\b)"
     r"|(?P<name>\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[A-Z][a-z]+(?:[A-Z][a-z0-9]*)+\b)"
@@ -64,6 +71,33 @@ def definitions(source):
     return out
 
 
+# A path of this repository as a note writes it: `docs/plateau.md`, `machinery/step.py`,
+# `electra_small.py`, `ASSIGNMENTS.md`.
+REPO_PATH = re.compile(r"(?<![\w/.-])(?:[A-Za-z_][\w-]*/)*[A-Za-z_][\w.-]*"
+                       r"\.(?:py|md|json|png|txt)\b")
+
+
+@dataclass
+class RepoFiles:
+    """The repository files the notes name, off the reading path: each gets a page in the
+    built folder (`page`), written by teaching/annotate.py; a picture links to its copy in
+    figures/. `used` collects {path: href} as the notes are written."""
+    root: Path
+    used: dict = field(default_factory=dict)
+
+    @staticmethod
+    def page(path):
+        return "repo." + path.replace("/", ".") + ".html"
+
+    def href(self, path):
+        """The href of repository file `path` ("docs/plateau.md"), or None if there is none."""
+        if ".." in path or path.startswith("/") or not (Path(self.root) / path).is_file():
+            return None
+        href = f"figures/{Path(path).name}" if path.endswith(".png") else self.page(path)
+        self.used[path] = href
+        return href
+
+
 @dataclass
 class Links:
     """What the notes of one page may link to: every definition on the reading path, by file
@@ -71,6 +105,7 @@ class Links:
     defs: dict
     stem: str = ""
     here: tuple = ()
+    repo: RepoFiles = None
 
     def target(self, name):
         """The href of a definition `name` (`mask_tokens`, `ELECTRA.generate`,
@@ -109,11 +144,23 @@ class Links:
                 return self.paper(first) + re.sub(
                     r"\b[A-H]\b", lambda a: self.paper(f"Appendix {a.group()}", a.group()), rest)
             return self.paper(s)
-        if m.lastgroup == "file":
+        if m.lastgroup in ("file", "repo"):
             stem = s[:-3]
-            return s if stem not in self.defs or stem == self.stem else \
-                f'<a href="{stem}.html">{s}</a>'
+            if "/" not in s and stem in self.defs:
+                return s if stem == self.stem else f'<a href="{stem}.html">{s}</a>'
+            href = self.repo.href(s) if self.repo else None
+            return f'<a href="{href}">{s}</a>' if href else s
         href = self.target(s)
+        return f'<a href="{href}">{s}</a>' if href else s
+
+    def path(self, m):
+        """A repository path inside a code span -> a link to its page, or unchanged."""
+        s = m.group()
+        stem = s[:-3]
+        if "/" not in s and stem in self.defs:
+            href = f"{stem}.html" if stem != self.stem else None
+        else:
+            href = self.repo.href(s) if self.repo else None
         return f'<a href="{href}">{s}</a>' if href else s
 
     def html(self, text):
@@ -134,6 +181,8 @@ class Links:
                         continue
                 depth[tag.group(2)] += -1 if tag.group(1) else 1
                 out.append(part)
+            elif depth["code"] and not depth["a"] and not depth["pre"] and not part.startswith("<"):
+                out.append(REPO_PATH.sub(self.path, part))      # `python plot_results.py …`
             elif part.startswith("<") or any(depth.values()):
                 out.append(part)
             else:

@@ -23,7 +23,9 @@ class MathError(Exception):
 #     log exp sigmoid softmax round E H ...   functions, set upright
 #     != <= >= <- -> ~ * ...                  ≠ ≤ ≥ ← → ∼ ⋅ …
 #     "text"   for if and otherwise           words inside an equation
-#     a display over several lines            one row per line, its columns split at &
+#     1(x_t = x^in_t)                         the indicator 𝟙(…), 1 where the condition holds
+#     a display over several lines            one row per line, its columns split at &;
+#                                             a row never ends on a ∑ and its limits
 #
 # Greek letters and symbols (θ λ ε β η ∈ ≠ ← √ ⌈ ⌉ ·) are written as themselves; braces that
 # do not follow _, ^ or √ are shown as braces (unif{1, n}). No backslashes: docstrings would
@@ -50,6 +52,15 @@ MATH_FENCES = set("()[]{}|⌈⌉⌊⌋")
 # A letter with a combining accent (x̂) is the letter, italic, under its accent: an <mi> of two
 # characters would be set upright, as a name is.
 MATH_ACCENTS = {"\u0302": "ˆ", "\u0303": "˜", "\u0304": "¯", "\u0307": "˙"}
+# The indicator: a 1 right before "(" (no space, no digit or name before it) is 𝟙, which the
+# notes may write as themselves too; a 1 that reads as minus one or one times ... is written
+# with a space.
+INDICATOR = re.compile(r"(?<![\w.^])1(?=\()")
+# A row that ends on a ∑ (or ∏) with its limits would show "E[∑" alone: the ∑ goes on with the
+# row that follows (its leading "  " text, an indent, dropped), and the row breaks after its
+# "=" instead.
+BIG_AT_END = re.compile(r"(?:\bsum|∑|\bprod)(?:_(?:\{[^}]*\}|[^\s{]))?"
+                        r"(?:\^(?:\{[^}]*\}|[^\s{]))?\s*$")
 
 
 def mathml(src, display=False):
@@ -61,6 +72,7 @@ def mathml(src, display=False):
         fail("no backslashes in the notation: write symbols as themselves (λ, not \\lambda)")
 
     def tokens(text):
+        text = INDICATOR.sub("𝟙", text)
         out, pos = [], 0
         while pos < len(text):
             m = MATH_TOKEN.match(text, pos)
@@ -90,6 +102,8 @@ def mathml(src, display=False):
                 return f"<mrow>{inner}</mrow>", "group"
             if s == "√":
                 return f"<msqrt>{atom(True)[0]}</msqrt>", "group"
+            if s == "𝟙":
+                return '<mi mathvariant="normal">𝟙</mi>', "id"
             if kind == "num":
                 return f"<mn>{s}</mn>", "num"
             if kind == "text":
@@ -158,7 +172,19 @@ def mathml(src, display=False):
 
         return row()
 
-    rows = [[cell(tokens(c)) for c in line.split("&")] for line in src.strip().split("\n")]
+    lines = []
+    for line in src.strip().split("\n"):
+        if lines and BIG_AT_END.search(lines[-1]):
+            last, rest = lines[-1], re.sub(r'^\s*"\s*"', "", line)
+            depth, cut = 0, None                   # the last "=" outside brackets and groups
+            for i, ch in enumerate(last):
+                depth += (ch in "([{") - (ch in ")]}")
+                cut = i if ch == "=" and depth == 0 else cut
+            lines[-1:] = [last[:cut + 1], f'{last[cut + 1:].strip()} {rest}'] \
+                if cut is not None else [f"{last} {rest}"]
+        else:
+            lines.append(line)
+    rows = [[cell(tokens(c)) for c in line.split("&")] for line in lines]
     if len(rows) == 1 and len(rows[0]) == 1:
         body = rows[0][0]
     else:

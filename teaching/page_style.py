@@ -69,6 +69,10 @@ main { border-top: 1px solid #e4e4e8; }
 h2.banner { margin: 0; padding: .8em 1.2rem .3em; font-size: 1.25em; background: #fff;
             border-bottom: 2px solid #e4e4e8; }
 ol.path li { margin: .5em 0; }
+.optional { color: #7a5200; }
+.repo pre { overflow-x: auto; font-size: 13px; background: #f7f7f9; padding: .8em; }
+.repo pre.repo-prose { white-space: pre-wrap; overflow-wrap: anywhere; }
+p.optional { border-left: 3px solid #e0b050; padding-left: .6em; }
 /* Typeset math: a display equation scrolls in its own box, never the page. */
 .math { overflow-x: auto; overflow-y: hidden; max-width: 100%; margin: .5em 0; }
 /* A font with OpenType MATH tables draws a display ∑ large, its limits clear of it: macOS and

@@ -125,6 +125,12 @@ def test_the_math_notation_becomes_mathml():
     assert m("log p") == '<math><mrow><mi>log</mi><mspace width="0.17em"/><mi>p</mi></mrow></math>'
     rows = m("a & = b\n c & = d", display=True)                  # one row per line, & columns
     assert rows.count("<mtr>") == 2 and rows.count("<mtd ") == 4
+    # the indicator: 1( is 𝟙, 1 − p and x_1(y) are not; a row never ends on a ∑ and its limits
+    assert '<mo form="prefix">−</mo><mi mathvariant="normal">𝟙</mi><mo stretchy="false">(' \
+        in m("−1(x_t = y)") and "𝟙" not in m("1 − p") + m("x_1(y)") + m("0.1(y)")
+    disc = m('L = E[ sum_{t=1}^n\n "  " −1(a) log D\n "  " − 1(b) log(1 − D) ]', display=True)
+    assert disc.count("<mtr>") == 3 and "</munderover><mo form=\"prefix\">−</mo><mi" in disc \
+        and "<mo>=</mo></mtd></mtr>" in disc                  # the row breaks after "="
     for bad in ["x_", "x_{t", "^2", "a \\ b"]:
         with pytest.raises(mathml.MathError, match="math `"):
             m(bad)
@@ -268,7 +274,8 @@ def test_every_reading_path_file_has_its_page_in_order(built):
     assert in_order == [Path(f).stem + ".html" for f in READING_PATH]
     # the index states the idea before the reading path, key equation included
     idea = index[:index.index("The reading path")]
-    assert "discriminator D" in idea and "every" in idea and idea.count("<math") == 1
+    assert "discriminator D" in idea and "every" in idea
+    assert idea.count('<math display="block">') == 1 and idea.count("<math") == 2   # and k's
     for k, f in enumerate(READING_PATH):
         text = (out / (Path(f).stem + ".html")).read_text(encoding="utf-8")
         assert f"<h1>{k + 1}. <code>{f}</code></h1>" in text
@@ -317,6 +324,33 @@ def test_every_link_and_image_resolves_offline(built):
             n_images += tag == "img"
     assert n_images == sum(f.src.endswith(".png") for figs in FIGURES.values() for f in figs)
     assert (out / "style.css").stat().st_size > 1000
+
+
+@needs_markdown
+def test_every_file_a_note_names_is_a_link_that_works(built):
+    """A repository file a page names (docs/plateau.md, machinery/mlm_output.py, a script in a
+    command) is a link, outside code blocks, and it leads to a page of the folder that shows
+    the file: its reading-path page, or its own page with the file's text."""
+    out, pages = built
+    for p in pages:
+        text = (out / p).read_text(encoding="utf-8")
+        bare = re.sub(r"<pre.*?</pre>|<a [^>]*>.*?</a>|<title>.*?</title>", " ", text, flags=re.S)
+        bare = html.unescape(re.sub(r"<[^>]+>", " ", bare))
+        dead = {m for m in links.REPO_PATH.findall(bare)
+                if (ROOT / m).is_file() and m != p.replace(".html", ".py")}
+        assert not dead, f"{p}: names these files without a link: {sorted(dead)}"
+        for href, name in re.findall(r'<a href="(repo\.[^"#]+)">([^<]+)</a>', text):
+            page = (out / href).read_text(encoding="utf-8")
+            first = (ROOT / name).read_text(encoding="utf-8").strip().split("\n")[0]
+            assert f"file <code>{html.escape(name)}</code>," in page, (p, href)
+            assert words(first) in words(html.unescape(re.sub(r"<[^>]+>", "", page))), (p, href)
+            for ref in re.findall(r'<(?:a|img|link)\s[^>]*?(?:href|src)="(?![a-z]+:)([^"#]+)', page):
+                assert (out / ref).is_file(), f"{href}: {ref} does not resolve"
+    # the rule can fail: a file that exists is linked, one that does not is left as text
+    repo = links.RepoFiles(ROOT)
+    linked = links.Links({}, "x", repo=repo).html("see docs/plateau.md and docs/no_such.md")
+    assert linked == ('see <a href="repo.docs.plateau.md.html">docs/plateau.md</a> and '
+                      "docs/no_such.md")
 
 
 PAGES = ["index.html"] + [Path(f).stem + ".html" for f in READING_PATH]

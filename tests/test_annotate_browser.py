@@ -127,7 +127,7 @@ def test_at_420_px_nothing_overflows_the_page(built, tmp_path):
     assert results["objectives.html"]["key"] is True          # min ... L_MLM + λ L_Disc
     assert all(all(r["tables"]) for r in results.values())        # ablations.py's flags
     pictures = [p for r in results.values() for p in r["pictures"]]
-    assert len(pictures) == 3 and all(w >= .8 * n - 1 > 0 for w, n in pictures), pictures
+    assert len(pictures) == 4 and all(w >= .8 * n - 1 > 0 for w, n in pictures), pictures
     # a display ∑'s limits clear of it, with or without a math font (L_Disc's n touched it)
     limits = [l for r in results.values() for l in r["limits"]]
     assert len(limits) >= 5 and all(gap >= 1 for _, gap in limits), limits

@@ -99,6 +99,20 @@ def test_flops_match_the_paper():
     assert 1.25 < ratio < 1.50, ratio
 
 
+def test_flops_by_part_add_up_to_the_step():
+    """The parts the flops.py page draws (Appendix E by network and part) are the step's count:
+    D's FFN the largest, the dense embedding lookups about 40 %, G about a quarter."""
+    from flops import flops_by_part
+    cfg = Config()
+    parts, total = flops_by_part(cfg), train_flops_per_step(cfg)
+    assert sum(parts.values()) == total and len(parts) == 8
+    assert max(parts, key=parts.get) == ("D", "FFN")
+    assert 0.38 < (parts["G", "embeddings"] + parts["D", "embeddings"]) / total < 0.42
+    assert 0.2 < sum(v for (net, _), v in parts.items() if net == "G") / total < 0.3
+    small = replace(cfg, gen_size=0.125)                                # a narrower G costs less
+    assert sum(flops_by_part(small).values()) == train_flops_per_step(small) < total
+
+
 def test_lr_schedule_warms_up_then_decays_to_zero():
     cfg = Config()
     assert lr_at(0.0, cfg) == 0.0
