@@ -1,0 +1,106 @@
+"""How long the compiled step takes to be ready, from an empty compile cache (machinery; no paper
+section - what a fresh GPU machine pays before its first training step).
+
+    python benchmarks/compile_time.py --device cpu --size small --batch_size 8
+    python benchmarks/compile_time.py --device cuda                   # Table 6, batch 128
+
+For each way of compiling (--which: regional, whole; machinery/step.py) a fresh Python process
+with an empty Inductor cache of its own builds the model, compiles the step and times its first
+call (compiling, and on CUDA the first run, included) and the two calls after it. One line each,
+and the seconds of CPU time the process and its compile workers spent, which a busy machine
+changes less than wall-clock time. Both run one after the other: compare them from the same
+run, on the same machine.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one(mode, device, size, batch_size, layers):
+    """In this process: the seconds of the first three compiled steps."""
+    sys.path.insert(0, str(ROOT))
+    from dataclasses import replace
+    import torch
+    import train
+    from ablations import build_model
+    from benchmarks.bench import MASK_KW, bench_data
+    from config import SIZES, Config
+    from machinery.step import compile_step
+    cfg = replace(Config(), **SIZES[size])
+    cfg = replace(cfg, batch_size=batch_size or cfg.batch_size,
+                  disc=replace(cfg.disc, layers=layers or cfg.disc.layers))
+    dev = torch.device(device)
+    data = bench_data(cfg)
+    batches = [train.masked_batch(data, cfg, MASK_KW["electra"])[0] for _ in range(3)]
+    torch.manual_seed(0)
+    model = build_model(cfg).to(dev)
+    opt = train.make_optimizer(model, cfg, dev)
+    step = compile_step(train.update, model, opt, cfg.grad_clip, dev, "auto",
+                        regional=mode == "regional")
+    times = []
+    for i, b in enumerate(batches):
+        t0 = time.perf_counter()
+        stats = step(b, cfg.lr * (i + 1) / 4)
+        stats["mlm_loss"].item()                           # waits for the device
+        times.append(time.perf_counter() - t0)
+    cpu = sum(getattr(r, f) for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                       resource.getrusage(resource.RUSAGE_CHILDREN))
+              for f in ("ru_utime", "ru_stime"))
+    return dict(mode=mode, first_step_s=times[0], next_steps_s=times[1:], cpu_s=cpu,
+                device=device, size=size, batch_size=cfg.batch_size, layers=cfg.disc.layers,
+                torch=torch.__version__)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Seconds to the first compiled step, cold cache.")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--size", default="small")
+    p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--layers", type=int, default=None, help="default: the size's")
+    p.add_argument("--which", default="regional,whole")
+    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)       # (the child process)
+    args = p.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one, args.device, args.size, args.batch_size, args.layers)))
+        return 0
+    results = []
+    for mode in [w.strip() for w in args.which.split(",") if w.strip()]:
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache + "/t")
+            cmd = [sys.executable, __file__, "--one", mode, "--device", args.device, "--size",
+                   args.size] + (["--batch_size", str(args.batch_size)] if args.batch_size
+                                 else []) + (["--layers", str(args.layers)] if args.layers else [])
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if out.returncode:
+                print(f"{mode}: FAILED (exit {out.returncode}): "
+                      + (out.stderr.strip().splitlines() or [""])[-1][:200])
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r["process_s"] = time.perf_counter() - t0
+            results.append(r)
+            print(f"{mode}: first step {r['first_step_s']:.1f} s (compiling included), next "
+                  + ", ".join(f"{t:.2f}" for t in r["next_steps_s"])
+                  + f" s | process {r['process_s']:.1f} s, CPU time {r['cpu_s']:.1f} s | "
+                  f"{r['size']}, {r['layers']} layers, batch {r['batch_size']}, {r['device']}, "
+                  f"torch {r['torch']}, load average {os.getloadavg()[0]:.1f}", flush=True)
+    by = {r["mode"]: r for r in results}
+    if "whole" in by and "regional" in by:
+        print(f"regional / whole, first step: {by['regional']['first_step_s'] / by['whole']['first_step_s']:.2f}"
+              f" (CPU time {by['regional']['cpu_s'] / by['whole']['cpu_s']:.2f})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0 if results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
