@@ -3,7 +3,8 @@
 First `electra_step`: one step of ELECTRA as Figure 2 and §2 draw it, in the paper's order and
 its names. Then `train`, in the order things happen: data, model, optimizer, then the loop of a
 batch with its masks, one step of $L_MLM + λ L_Disc$, a log line and a checkpoint. BERT,
-ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
+ELECTRA and every ablation answer the same calls (`objectives.Pretraining`; the hooks of
+ablations.py for the models whose schedule changes as they train).
 
 Which step runs: `train` runs `training_step`, the same step through the model's forward
 (`objectives.ELECTRA`), by default with $L_MLM$ and x̂ from one pass over $p_G$
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ablations import build_model
+from ablations import build_model, on_progress, schedule_progress, stage
 from batches import PretrainingData, Prefetcher, repetition_warning
 from config import lr_at
 from data import load_tokenizer
@@ -49,12 +50,14 @@ def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
     masked = mask_tokens(x, (meta["pad_id"], meta["cls_id"], meta["sep_id"]), meta["mask_id"],
                          cfg.n_slots, cfg.mask_prob, generator=generator)
     # G reads x_masked: $L_MLM$ at the positions m, and a sample $x̂_i ∼ p_G$ at each of them.
+    # BEGIN ANSWER joint_loss
     gen_logits = G(masked.x_masked, masked.positions, pad_mask, segment_ids)
     L_MLM = mlm_loss(gen_logits, masked.targets, masked.weights)
     x_hat = sample(gen_logits)                        # detached: no gradient flows through x̂
     # Corrupt: $x^corrupt = REPLACE(x, m, x̂)$; D says of every token whether it was replaced.
     x_corrupt, is_replaced = corrupt(x, masked, x_hat)
     L_Disc = disc_loss(D(x_corrupt, pad_mask, segment_ids), is_replaced, pad_mask)
+    # END ANSWER joint_loss
     # Both networks learn at once from $L_MLM + λ L_Disc$ ($λ = 50$); the gradient is clipped
     # at norm 1, then Adam takes a step at this step's learning rate.
     (L_MLM + λ * L_Disc).backward()
@@ -134,13 +137,13 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # (Appendix E's count, which changes when two-stage training freezes G), time, the data
     # position. A resume restores them with the weights and the random state: the next batch
     # and its masks are those of a run that never stopped.
-    run = RunState(args, dist, device, data, model, opt, train_flops_per_step(cfg, model.stage),
+    run = RunState(args, dist, device, data, model, opt, train_flops_per_step(cfg, stage(model)),
                    resume)
     # Engineering: the log line, MFU and the NaN check (machinery/run_log.py); how a step
     # runs: eager or compiled, DDP, the profiler, the thread count (machinery/stepper.py);
     # checkpoints, never of a NaN and never half-written (machinery/run_state.py).
     log = RunLog(cfg, args, device, dist, out, say, peak_flops,
-                 lambda: hardware_flops_per_step(cfg, model.stage),
+                 lambda: hardware_flops_per_step(cfg, stage(model)),
                  lambda steps: repetition_warning(steps, data), run)
     step = Stepper(training_step, update, model, opt, cfg, device, args, dist, out, say)
     ckpt = Checkpoints(run, model, opt, log.nan, out, dist, config=cfg.to_dict(),
@@ -156,15 +159,15 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     run.start_clock()
     try:
         while run.progress() < 1.0:
-            note = model.on_progress(run.progress())      # two-stage: stage two at 1/2
+            note = on_progress(model, run.progress())      # two-stage: stage two at 1/2
             if note:                                      # other parameters train now
                 step.new_stage()
-                run.flops_per_step = train_flops_per_step(cfg, model.stage)
+                run.flops_per_step = train_flops_per_step(cfg, stage(model))
                 say(f"step {run.step}: {note}")
             batch, data_after = fetch()                   # x, its masks, the data position
             # warm-up, then linear decay to 0 (config.lr_at) over the budget, or over each half
             # of it for two-stage training
-            lr = lr_at(model.schedule_progress(run.progress()), cfg)
+            lr = lr_at(schedule_progress(model, run.progress()), cfg)
             stats = step(batch, lr)
             run.count_step(data_after, say)
             log.add(stats)

@@ -37,7 +37,7 @@ class Stepper:
         compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
         # DistributedDataParallel where torchrun started several processes, else the model
         self.model = dist.wrap(torch.compile(model) if compile_model else model,
-                               find_unused=model.stage is not None)
+                               find_unused=getattr(model, "stage", None) is not None)
         self.step = None                   # the compiled whole step, if there is one
         if args.compile and not compile_model:
             try:    # (a torch without what machinery/step.py sets up: eager, as a failed compile)
