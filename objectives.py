@@ -43,9 +43,8 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
     $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
     $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
-    positions). This code draws k distinct content tokens, $k = round(0.15 n)$ with n the
-    content tokens only: every sequence masks the share it names, and no draw goes to a
-    [CLS] or [SEP], which G would learn nothing from predicting.
+    positions). This code draws k distinct positions among the content tokens only: each
+    sequence masks the share it names, and no draw goes to a [CLS] or [SEP].
 
     Each chosen position shows [MASK] with probability `replace_prob`, a random id below
     n_random with probability `random_prob`, else its own token: a draw per position, as the
@@ -200,11 +199,9 @@ def disc_loss(logits, is_replaced, mask=None):
 
 
 class Pretraining(nn.Module):
-    """What the trainer (train.py) asks of every pre-training model, ELECTRA, BERT and each
-    ablation: forward(x, masked, pad_mask, segment_ids) returns the loss and the statistics of
-    the log; `masking` is the mask step's split for `mask_tokens`, 85 % [MASK] and 15 % kept
-    for ELECTRA, as the official code. The models whose schedule changes as they train
-    (two-stage training, §3.2; the Gumbel generator) have hooks of their own: ablations.py."""
+    """What the trainer asks of every pre-training model: forward(x, masked, pad_mask,
+    segment_ids) -> (loss, statistics), and `masking`, the mask step's split (`mask_tokens`):
+    ELECTRA's 85 % [MASK], 15 % kept."""
 
     masking = dict(replace_prob=0.85, random_prob=0.0)
 

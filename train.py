@@ -1,24 +1,19 @@
 """The pre-training loop (paper Appendix A, Table 6), read top to bottom.
 
-First `electra_step`: one step of ELECTRA as Figure 2 and §2 draw it, in the paper's order and
-its names. Then `train`, in the order things happen: data, model, optimizer, then the loop of a
-batch with its masks, one step of $L_MLM + λ L_Disc$, a log line and a checkpoint. BERT,
-ELECTRA and every ablation answer the same calls (`objectives.Pretraining`; the hooks of
-ablations.py for the models whose schedule changes as they train).
+`electra_step` first: one step of ELECTRA in the order and the names of Figure 2 and §2. Then
+`train`: data, model, optimizer, then the loop of batch, step, log line and checkpoint. BERT,
+ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
-Which step runs: `train` runs `training_step`, the same step through the model's forward
-(`objectives.ELECTRA`), by default with $L_MLM$ and x̂ from one pass over $p_G$
-(machinery/mlm_output.py) and, with --compile, as one compiled graph (machinery/step.py).
-`electra_step` is the step to read; tests/test_train.py holds the two equal, loss for loss and
-weight for weight, over three steps from one seed.
+Which step runs: `training_step`, the same step through the model's forward, by default with
+$L_MLM$ and x̂ from one pass over $p_G$ (machinery/mlm_output.py), compiled with --compile
+(machinery/step.py); tests/test_train.py holds it equal to `electra_step`.
 
-What to watch: $L_MLM$ falls from the start, but for a while D catches few replaced tokens: its
-recall of replaced tokens stays low, under 10 %. This project calls that phase "the plateau"
-(its name, not the paper's; docs/plateau.md). Meanwhile $L_Disc$ falls early to about $H(r)$,
-the entropy of the share r of replaced tokens (what answering r everywhere scores), and may
-fall below it from about step 200 while recall stays flat: D ranks replaced tokens higher
-before it is sure enough to say "replaced". One line says when D leaves the plateau
-(machinery/progress.py).
+What to watch: for a while D catches few replaced tokens (its recall of them stays under
+10 %): "the plateau", this project's name, not the paper's (docs/plateau.md). Meanwhile $L_Disc$
+falls early to about $H(r)$, the entropy of the share r of replaced tokens (what answering r
+everywhere scores), and may fall below it from about step 200 while recall stays flat: D ranks
+replaced tokens higher before it is sure enough to say "replaced". One line says when D leaves
+the plateau (machinery/progress.py).
 """
 import sys
 from pathlib import Path
@@ -40,10 +35,9 @@ from optim import decay_groups, make_adam
 
 
 def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
-    """One step of ELECTRA (Figure 2, §2) on a batch of `batch.PretrainingData.next_batch`:
-    mask, G, corrupt, D, then $L_MLM + λ L_Disc$ and Adam. meta: the data's token ids
-    (data.meta); generator: the batch's mask RNG (`PretrainingData.mask_generator`). Returns
-    $L_MLM$ and $L_Disc$. Training runs `training_step` instead: the same numbers, faster."""
+    """One step of ELECTRA (Figure 2, §2): mask, G, corrupt, D, $L_MLM + λ L_Disc$, Adam.
+    batch: `PretrainingData.next_batch`'s; meta: its token ids; generator: its mask RNG.
+    Training runs `training_step`: the same numbers, faster."""
     x, pad_mask, segment_ids = batch["x"], batch["pad_mask"], batch["segment_ids"]
     G, D, λ = model.generator, model.discriminator, model.disc_weight
     # Mask: the positions m (15 % of the tokens) and $x^masked = REPLACE(x, m, [MASK])$.
@@ -92,9 +86,8 @@ def masked_batch(data, cfg, masking):
 
 
 def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
-    """The step `train` runs: `electra_step`'s after the mask, through the model's forward
-    (`objectives.ELECTRA`, or BERT's, or an ablation's), on a masked CPU batch {x, masked,
-    pad_mask, segment_ids}; returns the statistics, still on the device."""
+    """The step `train` runs: `electra_step` after the mask, through the model's forward, on
+    a masked CPU batch; returns the statistics, still on the device."""
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
