@@ -102,6 +102,19 @@ def test_the_plain_step_trains_as_the_default_path(one_thread):
     assert moved > 1e-3                          # three updates: the comparison means something
 
 
+def test_the_reading_path_stays_short():
+    """train.py reads on a few screens (under 250 lines) and no function in the reading path's
+    files (the .py files at the root) runs over 100 lines: resume, DDP, the NaN check, MFU,
+    threads, profiling, compiling and checkpoints live in machinery/."""
+    import ast
+    assert len((ROOT / "train.py").read_text().splitlines()) < 250
+    long = [f"{p.name}:{n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p in sorted(ROOT.glob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > 100]
+    assert not long, long
+
+
 def test_short_run_learns(learnable_data_dir, tmp_path, capsys):
     out = tmp_path / "run"
     r = in_process(capsys, "--data", learnable_data_dir, "--out_dir", out, *TINY,
