@@ -11,9 +11,9 @@ $L_MLM$ and x̂ from one pass over $p_G$ (machinery/mlm_output.py), compiled wit
 What to watch: for a while D catches few replaced tokens (its recall of them stays under
 10 %): "the plateau", this project's name, not the paper's (docs/plateau.md). Meanwhile $L_Disc$
 falls early to about $H(r)$, the entropy of the share r of replaced tokens (what answering r
-everywhere scores), and may fall below it from about step 200 while recall stays flat: D ranks
-replaced tokens higher before it is sure enough to say "replaced". One line says when D leaves
-the plateau (machinery/progress.py).
+everywhere scores), and may fall below it from about step 200 (in the pictured run) while
+recall stays flat: D ranks replaced tokens higher before it is sure enough to say "replaced".
+One line says when D leaves the plateau (machinery/progress.py).
 """
 import sys
 from pathlib import Path
@@ -152,7 +152,7 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     run.start_clock()
     try:
         while run.progress() < 1.0:
-            note = on_progress(model, run.progress())      # two-stage: stage two at 1/2
+            note = on_progress(model, run.progress())     # two-stage: stage two at 1/2
             if note:                                      # other parameters train now
                 step.new_stage()
                 run.flops_per_step = train_flops_per_step(cfg, stage(model))
