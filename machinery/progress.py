@@ -2,16 +2,16 @@
 plateau (docs/plateau.md). train.py prints these from each log record; plot_results.py draws
 the same rule. A log record is the dict machinery/run_log.py's log_record writes to log.jsonl.
 
-The plateau is defined by recall: D catches few of the replaced tokens (under 10 %). Its loss
-L_Disc says less: it falls early to about H(r), the loss of answering "replaced with
-probability r" everywhere, r the share of replaced tokens, and may fall below H(r) while recall
-stays flat, as D ranks replaced tokens higher before it is sure enough to say "replaced"."""
+The plateau is defined by recall: D catches few of the replaced tokens (under 10 %). L_Disc
+falls early to about H(r), the loss of answering the share r of replaced tokens everywhere,
+and may fall below it while recall stays flat: D ranks replaced tokens higher before it is
+sure enough to say "replaced"."""
 import time
 
 
-# When D has left the plateau: it catches at least PLATEAU_RECALL of the replaced tokens *and*
-# L_Disc is below PLATEAU_LOSS x H(r). The loss mark is a guard, not the definition: a freshly
-# initialised D flags tokens at random, which catches some, at a loss above H(r). Over the laptop
+# When D has left the "everything is real" plateau: it catches at least PLATEAU_RECALL of the
+# replaced tokens *and* L_Disc is below PLATEAU_LOSS x the plateau's loss H(r). Recall alone is
+# not enough: a freshly initialised D flags tokens at random, which catches some. Over the laptop
 # runs of docs/results.md, D first passed both marks at step 1,000-3,200 with one block and
 # 1,800-6,600 with two, however many minutes those steps took; runs stopped sooner never did.
 PLATEAU_RECALL, PLATEAU_LOSS = 0.10, 0.9
@@ -26,8 +26,8 @@ def off_plateau(r):
 def left_plateau_line(r):
     """The line printed once, at the first log record that shows D off the plateau."""
     return (f"step {r['step']}: D has left the plateau - it flags "
-            f"{100 * r['disc_acc_replaced']:.1f}% of the replaced tokens, and L_Disc "
-            f"{r['disc_loss']:.4f} is below {PLATEAU_LOSS:g} x H(r) "
+            f"{100 * r['disc_acc_replaced']:.1f}% of the replaced tokens and L_Disc "
+            f"{r['disc_loss']:.4f} is below {PLATEAU_LOSS:g} x the plateau's "
             f"{r['disc_prior_entropy']:.3f} (docs/plateau.md)")
 
 
@@ -38,17 +38,16 @@ def plateau_note(r):
     if r.get("disc_loss") is None or r.get("disc_prior_entropy") is None:
         return None
     recall = r.get("disc_acc_replaced") or 0.0
-    return (f"note: D never left the plateau in this run (step {r['step']}: recall "
-            f"{100 * recall:.1f}% of the replaced tokens; L_Disc {r['disc_loss']:.4f}, H(r) "
-            f"{r['disc_prior_entropy']:.3f}): a fresh model needs a few thousand steps to learn to read its "
+    return (f"note: D never left the plateau in this run (step {r['step']}: L_Disc "
+            f"{r['disc_loss']:.4f} against the plateau's {r['disc_prior_entropy']:.3f}, recall "
+            f"{100 * recall:.1f}%): a fresh model needs a few thousand steps to learn to read its "
             "neighbours (docs/plateau.md); give it more steps with "
             "--max_steps or --hours")
 
 
 def progress_line(r):
     """`step N | L_MLM … | G acc … | L_Disc … (plateau H(r)) | D acc … | replaced:
-    recall … precision … | …`: H(r) beside L_Disc, the loss of answering the share r of
-    replaced tokens everywhere (log_record)."""
+    recall … precision … | …`, H(r) being the loss of the plateau (log_record)."""
     pct = lambda v: "  -  " if v is None else f"{100 * v:4.1f}%"
     disc = "" if r["disc_loss"] is None else \
         f" | L_Disc {r['disc_loss']:.4f}" + \
