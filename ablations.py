@@ -353,3 +353,30 @@ def build_model(cfg, train_tokens=None):
     if cfg.objective not in classes:
         raise ConfigError(f"unknown objective {cfg.objective!r}")
     return classes[cfg.objective](cfg)
+
+
+# ----------------------------------------------------------------------------- the trainer's hooks
+
+# Engineering: two of the models above change as they train (two-stage training starts stage
+# two half-way, with a schedule of its own; the Gumbel generator turns its adversarial gradient
+# up). The trainer asks every model through these three calls; a model without the hook gets
+# the plain answer.
+
+def stage(model):
+    """Engineering: 1 or 2 in two-stage training (flops.py counts what each stage trains),
+    else None."""
+    return getattr(model, "stage", None)
+
+
+def schedule_progress(model, progress):
+    """Engineering: the fraction of the learning-rate schedule reached at `progress` of the
+    budget: the budget's own, or the model's (two-stage training: each half of the budget)."""
+    own = getattr(model, "schedule_progress", None)
+    return progress if own is None else own(progress)
+
+
+def on_progress(model, progress):
+    """Engineering: called before every step; a message when what trains changes from now
+    on, else None."""
+    own = getattr(model, "on_progress", None)
+    return None if own is None else own(progress)

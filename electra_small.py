@@ -31,7 +31,8 @@ from data import DataError, demo_dir, load_meta, load_tokenizer, prepare_demo
 from machinery.device import DeviceError, pick_device
 from machinery.distributed import Dist
 from flops import train_flops_per_step
-from train import TrainingDiverged, train
+from machinery.divergence import TrainingDiverged
+from train import train
 
 
 def count_params(cfg):

@@ -19,7 +19,7 @@ with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flo
 sample x̂. Below, in that order, under three headings: 1. mask (the first display's first two
 rows: `mask_tokens`), 2. sample and corrupt (its last two: `sample`, `corrupt`), 3. the losses
 (`mlm_loss`, `disc_loss`, and `ELECTRA`, which adds them); then `BERT` (§3.3), the baseline:
-the mask step and $L_MLM$ only.
+the mask step and $L_MLM$ only; last, 4. the small helpers they share.
 """
 from typing import NamedTuple
 
@@ -33,6 +33,57 @@ from generator import Generator
 
 
 # ============================================================================ 1. mask
+
+def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
+                random_prob=0.0, n_random=None, generator=None) -> "Masked":
+    """Mask: choose the positions m among the content tokens of each sequence (not [CLS],
+    [SEP] or padding) and build $x^masked = REPLACE(x, m, [MASK])$.
+
+    The paper says (§2) "select a random set of positions", $m_i ∼ unif{1, n}$ for
+    $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
+    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
+    $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
+    positions). This code draws k distinct positions among the content tokens only: each
+    sequence masks the share it names, and no draw goes to a [CLS] or [SEP].
+
+    Each chosen position shows [MASK] with probability `replace_prob`, a random id below
+    n_random with probability `random_prob`, else its own token: a draw per position, as the
+    official code, not an exact share of each row. The paper's §2 shows [MASK] everywhere; the
+    official code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for
+    ELECTRA and §3.5's 80 / 10 / 10 % for BERT.
+
+    The contract (ASSIGNMENTS.md, Part 1): n counts the content tokens, never `special_ids`;
+    $k = round(p n)$ for p `mask_prob` (a half rounds either way), at least 1, at most n and
+    n_slots; a uniformly random k-subset in the first k slots; $x^masked$ differs from x at
+    used positions only; targets is x at every slot's position; the same `generator` seed, the
+    same masks."""
+    # BEGIN ASSIGNMENT mask
+    # 15 % of the chosen tokens are shown as they are because the official code does so
+    # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the
+    # token, so its sample is usually the original, which counts as real (`corrupt`).
+    B, T = x.shape
+    is_real = torch.ones_like(x, dtype=torch.bool)
+    for s in special_ids:
+        is_real &= x != s
+    n = is_real.sum(1)
+    k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
+    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the K
+    # best in order, so the first k are a uniform sample.
+    scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
+    positions = scores.topk(n_slots, dim=1).indices
+    weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
+    targets = torch.gather(x, 1, positions)
+    # What each chosen position shows the network: [MASK], a random token, or itself.
+    u = torch.rand(B, n_slots, generator=generator, device=x.device)
+    shown = torch.where(u < replace_prob, torch.full_like(targets, mask_id), targets)
+    if random_prob > 0:
+        rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
+        shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
+    shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
+    # topk's K positions are distinct, so this scatter writes each position once.
+    return Masked(x.scatter(1, positions, shown), positions, targets, weights)
+    # END ASSIGNMENT mask
+
 
 class Masked(NamedTuple):
     """The mask step's output: $x^masked$, the positions m, their original tokens and weights. Each
@@ -70,53 +121,6 @@ def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
     k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
                     mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
     return max(mask_slots(x.shape[1], mask_prob), int(k))
-
-
-def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0.85,
-                random_prob=0.0, n_random=None, generator=None) -> Masked:
-    """Mask: choose the positions m among the content tokens of each sequence (not [CLS],
-    [SEP] or padding) and build $x^masked = REPLACE(x, m, [MASK])$.
-
-    The paper says (§2) "select a random set of positions", $m_i ∼ unif{1, n}$ for
-    $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
-    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
-    $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
-    positions). This code's contract: n counts the content tokens, never `special_ids`;
-    $k = round(p n)$ for p `mask_prob` (a tie either way), at least 1, at most n and n_slots;
-    a uniformly random k-subset in the first k slots; $x^masked$ differs from x at used
-    positions only; targets is x at every slot's position.
-
-    Each chosen position shows [MASK] with probability `replace_prob`, a random id below
-    n_random with probability `random_prob`, else its own token: a draw per position, as the
-    official code, not an exact share of each row. The paper's §2 shows [MASK] everywhere; the
-    official code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for
-    ELECTRA and §3.5's 80 / 10 / 10 % for BERT."""
-    # BEGIN ASSIGNMENT mask
-    # 15 % of the chosen tokens are shown as they are because the official code does so
-    # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the
-    # token, so its sample is usually the original, which counts as real (`corrupt`).
-    B, T = x.shape
-    is_real = torch.ones_like(x, dtype=torch.bool)
-    for s in special_ids:
-        is_real &= x != s
-    n = is_real.sum(1)
-    k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
-    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the K
-    # best in order, so the first k are a uniform sample.
-    scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
-    positions = scores.topk(n_slots, dim=1).indices
-    weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
-    targets = torch.gather(x, 1, positions)
-    # What each chosen position shows the network: [MASK], a random token, or itself.
-    u = torch.rand(B, n_slots, generator=generator, device=x.device)
-    shown = torch.where(u < replace_prob, torch.full_like(targets, mask_id), targets)
-    if random_prob > 0:
-        rnd = torch.randint(0, n_random, (B, n_slots), generator=generator, device=x.device)
-        shown = torch.where((u >= replace_prob) & (u < replace_prob + random_prob), rnd, shown)
-    shown = torch.where(weights > 0, shown, targets)       # unused slots change nothing
-    # topk's K positions are distinct, so this scatter writes each position once.
-    return Masked(x.scatter(1, positions, shown), positions, targets, weights)
-    # END ASSIGNMENT mask
 
 
 # ============================================================================ 2. sample and corrupt
@@ -194,39 +198,18 @@ def disc_loss(logits, is_replaced, mask=None):
     # END ASSIGNMENT disc_loss
 
 
-def masked_accuracy(logits, targets, weights):
-    """Sum of correct argmax predictions over used slots, and the number of used slots."""
-    return ((logits.argmax(-1) == targets).float() * weights).sum(), weights.sum()
-
-
-def real_tokens(x, pad_mask=None):
-    """(B, T) bool, True on the non-padding tokens ([CLS] and [SEP] included)."""
-    return torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
-
-
-def shared_embeddings(cfg):
-    return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)
-
-
 class Pretraining(nn.Module):
-    """What the trainer asks of every pre-training model; the defaults are ELECTRA's."""
+    """What the trainer asks of every pre-training model: forward(x, masked, pad_mask,
+    segment_ids) -> (loss, statistics), and `masking`, the mask step's split (`mask_tokens`):
+    ELECTRA's 85 % [MASK], 15 % kept."""
 
-    # The mask step's split (mask_tokens): 85 % [MASK], 15 % kept.
     masking = dict(replace_prob=0.85, random_prob=0.0)
-    stage = None                  # two-stage training (§3.2) reports 1 or 2 (flops.py counts it)
-
-    def schedule_progress(self, progress):
-        """The fraction of the learning-rate schedule reached at `progress` of the budget."""
-        return progress
-
-    def on_progress(self, progress):
-        """Called before every step; a message when other parameters train from now on."""
-        return None
 
 
 class ELECTRA(Pretraining):
     """G and D trained jointly on $L_MLM + λ L_Disc$, sharing one `Embeddings` module (§3.2).
-    forward() samples, corrupts and adds the losses; the trainer masks (`train.masked_batch`)."""
+    forward() samples, corrupts and adds the losses; the trainer masks (`train.masked_batch`).
+    `train.electra_step` writes the same step out plainly, the mask to Adam."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -326,3 +309,19 @@ class BERT(Pretraining):
         return loss, dict(mlm_loss=loss, gen_correct=masked_accuracy(logits.detach(),
                                                                      masked.targets,
                                                                      masked.weights))
+
+
+# ============================================================================ 4. the helpers
+
+def masked_accuracy(logits, targets, weights):
+    """Sum of correct argmax predictions over used slots, and the number of used slots."""
+    return ((logits.argmax(-1) == targets).float() * weights).sum(), weights.sum()
+
+
+def real_tokens(x, pad_mask=None):
+    """(B, T) bool, True on the non-padding tokens ([CLS] and [SEP] included)."""
+    return torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
+
+
+def shared_embeddings(cfg):
+    return Embeddings(cfg.vocab_size, cfg.emb_size, cfg.max_len, dropout=cfg.disc.dropout)

@@ -5,6 +5,11 @@
     hf_data.py          reading a Hugging Face dataset for data.py --hf (optional `datasets`)
     mlm_output.py       G's output layer, L_MLM and the sample x̂ in one pass over p_G (fast path)
     step.py             the whole training step as one compiled graph (--compile)
+    stepper.py          how train.py's step runs: eager or compiled, DDP, profiler, threads
+    run_state.py        a run's counters, budget and clock, resume, and its checkpoints
+    run_log.py          log.jsonl, MFU and the statistics summed on the device
+    divergence.py       a NaN or infinite loss: seen on the device, stopped in one line
+    profile.py          --profile: a torch.profiler trace of a few steps
     progress.py         the progress line, and whether D has left the plateau
     checkpoint.py       save and load checkpoints, never half-written (atomic.py)
     device.py           CPU / CUDA / MPS, bf16 where the hardware has it

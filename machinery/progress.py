@@ -1,6 +1,11 @@
 """What a run reports: the progress line, and whether D has left the "everything is real"
 plateau (docs/plateau.md). train.py prints these from each log record; plot_results.py draws
-the same rule. A log record is the dict train.log_record writes to log.jsonl."""
+the same rule. A log record is the dict machinery/run_log.py's log_record writes to log.jsonl.
+
+The plateau is defined by recall: D catches few of the replaced tokens (under 10 %). L_Disc
+falls early to about H(r), the loss of answering the share r of replaced tokens everywhere,
+and may fall below it while recall stays flat: D ranks replaced tokens higher before it is
+sure enough to say "replaced"."""
 import time
 
 

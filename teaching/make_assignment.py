@@ -63,6 +63,10 @@ STAND_INS = {
         "import objectives",
         "x_hat = objectives.sample(p.log().view(B, K, -1), generator)",
         "return loss, x_hat, hits"],
+    ("train.py", "joint_loss"): [
+        "# G, the sample, x_corrupt and D: your ELECTRA.forward (the joint loss's part).",
+        "_, stats = model(x, masked, pad_mask, segment_ids)",
+        "L_MLM, L_Disc = stats[\"mlm_loss\"], stats[\"disc_loss\"]"],
 }
 # Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
 # Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py

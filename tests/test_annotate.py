@@ -434,7 +434,9 @@ def test_engineering_waits_in_closed_asides(built):
         prose = NoteText(text[text.index("<body>"):])
         seen += len(" ".join(prose.text).split()) - prose.aside_words
     train = (out / "train.html").read_text(encoding="utf-8")
-    assert train.count('<details class="aside">') >= 8
+    # train.py's engineering: in asides, the loop's machinery in machinery/ (run_state.py,
+    # run_log.py, stepper.py, ...), so the page shows the step and the loop
+    assert train.count('<details class="aside">') >= 5 and "machinery/stepper.py" in train
     assert "torch.compile" not in " ".join(NoteText(train[:train.index("<main>")]).text)
     assert seen < 6000, f"{seen} words of notes outside the asides: the pages should stay lean"
 

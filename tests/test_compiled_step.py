@@ -189,9 +189,11 @@ def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path,
 
     for name in HOST_READS:
         guard(name)
-    for name in ("log_record", "check_finite", "save_checkpoint", "rng_state"):
-        monkeypatch.setattr(train, name, allowed(getattr(train, name)))
-    monkeypatch.setattr(train, "compiled_step", counted(train.compiled_step))
+    from machinery import divergence, run_log, run_state, stepper
+    for module, name in ((run_log, "log_record"), (divergence, "check_finite"),
+                         (run_state, "save_checkpoint"), (run_state, "rng_state")):
+        monkeypatch.setattr(module, name, allowed(getattr(module, name)))
+    monkeypatch.setattr(stepper, "compiled_step", counted(stepper.compiled_step))
     code = electra_small.main(["--data", str(data_dir), "--size", "tiny", "--max_steps", "8",
                                "--log_every", "4", "--out_dir", str(tmp_path / "run"),
                                "--threads", "1", "--precision", "fp32",
@@ -224,6 +226,7 @@ def test_a_failed_compile_is_one_line_and_the_run_goes_on_eagerly(where, data_di
     machinery/step.py prepares the step or when the first call compiles it: one line, then eager steps,
     and the run ends as a run without --compile would."""
     import electra_small
+    from machinery import stepper
 
     def failing(*a, **k):
         def step(batch, lr):
@@ -231,7 +234,7 @@ def test_a_failed_compile_is_one_line_and_the_run_goes_on_eagerly(where, data_di
         if where == "setup":
             raise AttributeError("module has no attribute 'trace_autograd_ops'")
         return step
-    monkeypatch.setattr(train, "compile_step", failing)
+    monkeypatch.setattr(stepper, "compile_step", failing)
     code = electra_small.main(["--data", str(data_dir), "--size", "tiny", "--max_steps", "3",
                                "--out_dir", str(tmp_path / "run"), "--threads", "1",
                                "--compile", "--ckpt_every_min", "1000"])
@@ -253,6 +256,7 @@ def test_compiling_is_not_schedule_time_so_the_warm_up_survives_it(data_dir, tmp
     stop at its wall-clock deadline and say how long compiling took."""
     import time
     import electra_small
+    from machinery import stepper
     calls = []
 
     def slow_first_call(update, model, opt, grad_clip, device, precision="auto", **kw):
@@ -263,7 +267,7 @@ def test_compiling_is_not_schedule_time_so_the_warm_up_survives_it(data_dir, tmp
             return train.training_step(model, opt, batch, lr, cfg, device, precision)
         return step
     cfg = replace(Config(), **SIZES["tiny"])
-    monkeypatch.setattr(train, "compile_step", slow_first_call)
+    monkeypatch.setattr(stepper, "compile_step", slow_first_call)
     hours = 0.003
     out = tmp_path / "run"
     code = electra_small.main(["--data", str(data_dir), "--size", "tiny", "--hours", str(hours),
