@@ -212,6 +212,21 @@ def test_bad_flags_one_line(args, needle, tmp_path, monkeypatch, capsys):
         assert not list(tmp_path.iterdir())
 
 
+def test_speed_benchmark_runs_both_side_by_side(tiny, tmp_path, capsys):
+    from benchmarks import finetune_speed
+    g = pairs_glue(tmp_path / "glue")
+    out = tmp_path / "speed.json"
+    assert finetune_speed.main(["--ckpt", str(tiny), "--glue_dir", str(g), "--task", "rte",
+                                "--backend", "aot_eager", "--rounds", "1", "--threads", "1",
+                                "--buckets", "16,32", "--json", str(out)]) == 0
+    stdout = capsys.readouterr()[0]
+    assert "round 1 eager" in stdout and "round 1 static" in stdout and "took" in stdout
+    r = json.loads(out.read_text())
+    assert r["buckets"] == [16, 32, 64] and r["train_examples"] == 44 and r["compile_s"] >= 0
+    assert len(r["runs"]["eager"]) == len(r["runs"]["static"]) == 1
+    assert all(x["train_examples_per_s"] > 0 for v in r["runs"].values() for x in v)
+
+
 def test_help_names_the_flags(capsys):
     with pytest.raises(SystemExit):
         fg.parse_args(["--help"])
