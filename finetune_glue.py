@@ -301,11 +301,11 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=cli.threads,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction,
-                   help="static shapes: each batch padded to a length of --buckets, the last "
-                   "one filled up with rows of weight 0, each length one torch.compile'd graph "
-                   "(on a GPU a CUDA graph), evaluation likewise; the same metrics as eager "
-                   "(machinery/static_shapes.py). Default: on with CUDA, off elsewhere "
-                   "(--no-compile: eager, each batch padded to its longest)")
+                   help="static shapes, for GPU speed: each batch padded to a length of "
+                   "--buckets, the last one filled up with rows of weight 0, each length one "
+                   "torch.compile'd graph (on a GPU a CUDA graph), evaluation likewise; the "
+                   "padding changes no result (docs/finetuning.md). Default: on with CUDA, off "
+                   "elsewhere (--no-compile: eager, each batch padded to its longest)")
     p.add_argument("--buckets", type=bucket_list,
                    help="with --compile: the sequence lengths a batch is padded up to "
                    f"(default {','.join(map(str, DEFAULT_BUCKETS))}; the model's max length "

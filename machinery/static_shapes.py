@@ -58,11 +58,15 @@ def bucket_lengths(buckets, max_len):
 
 class Padded:
     """A split's examples padded once to the longest bucket: (N, L) numpy arrays of token ids
-    and segment ids and the lengths, from which a batch is a slice."""
+    and segment ids and the lengths, from which a batch is a slice. Small integer types: MNLI's
+    393k examples at 128 tokens take 150 MB so (int16 ids for a vocabulary below 32,768, as
+    Table 6's 30,522), 800 MB as int64."""
 
     def __init__(self, inputs, pad_id, width):
-        self.ids = np.full((len(inputs), width), pad_id, dtype=np.int64)
-        self.seg = np.zeros((len(inputs), width), dtype=np.int64)
+        top = max([pad_id] + [max(x) for x, _ in inputs if x])
+        self.ids = np.full((len(inputs), width), pad_id,
+                           dtype=np.int16 if top < 2 ** 15 else np.int32)
+        self.seg = np.zeros((len(inputs), width), dtype=np.int8)
         self.lengths = np.array([len(x) for x, _ in inputs])
         for r, (x, s) in enumerate(inputs):
             self.ids[r, :len(x)], self.seg[r, :len(s)] = x, s
@@ -99,8 +103,8 @@ class StaticShapes:
         full = np.concatenate([idx, np.repeat(idx[:1], rows - n)])
         w = torch.zeros(rows)
         w[:n] = 1.0
-        ids = torch.from_numpy(data.ids[full, :T])
-        out = [ids, torch.from_numpy(data.seg[full, :T]), ids != data.pad_id]
+        ids = torch.from_numpy(data.ids[full, :T]).long()
+        out = [ids, torch.from_numpy(data.seg[full, :T]).long(), ids != data.pad_id]
         if labels is not None:
             y = labels[full]
             out.append(y.float() if self.regression else y.long())
