@@ -246,6 +246,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             n_batches += 1
+        if device.type == "cuda":      # the queued steps done: the time they really took
+            torch.cuda.synchronize()
         speed = len(train_in) / (time.time() - te)
         metrics = evaluate(name, model, devs, tok.pad_id, device, autocast, static)
         log(f"{name} seed {seed} epoch {epoch}/{epochs} | train loss "

@@ -109,8 +109,11 @@ class StaticShapes:
             y = labels[full]
             out.append(y.float() if self.regression else y.long())
         out.append(w)
-        non_blocking = self.device.type == "cuda"
-        return [t.to(self.device, non_blocking=non_blocking) for t in out]
+        if self.device.type != "cuda":
+            return [t.to(self.device) for t in out]
+        # Pinned (page-locked) memory: the copy is queued and the CPU goes on to the next step
+        # while the GPU works; from ordinary memory the CPU would wait for the copy.
+        return [t.pin_memory().to(self.device, non_blocking=True) for t in out]
 
     def loss(self, model, data, idx, labels, autocast):
         """The training loss of batch idx (backward is the caller's, as in the eager loop)."""
