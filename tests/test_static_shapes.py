@@ -207,7 +207,9 @@ def test_a_failed_compile_fine_tunes_eagerly(tiny, tmp_path, monkeypatch, capsys
     stdout = capsys.readouterr()[0]
     assert "rte: torch.compile failed (RuntimeError: no C++ compiler found); fine-tuning " \
            "eagerly" in stdout
-    assert "rte seed 0 epoch 1/1" in stdout and json.loads(out.read_text())["tasks"]["rte"]
+    r = json.loads(out.read_text())
+    assert "rte seed 0 epoch 1/1" in stdout and r["tasks"]["rte"]
+    assert r["finetune"]["compile_s"] == {"rte": None}          # the record says it ran eagerly
 
 
 @pytest.mark.parametrize("args, needle", [
