@@ -5,11 +5,11 @@
     hf_data.py          reading a Hugging Face dataset for data.py --hf (optional `datasets`)
     mlm_output.py       G's output layer, L_MLM and the sample x̂ in one pass over p_G (fast path)
     step.py             the whole training step as one compiled graph (--compile)
-    static_shapes.py    GLUE fine-tuning at fixed shapes, a compiled graph per length
     progress.py         the progress line, and whether D has left the plateau
     checkpoint.py       save and load checkpoints, never half-written (atomic.py)
     device.py           CPU / CUDA / MPS, bf16 where the hardware has it
     distributed.py      torchrun data parallelism
     cli.py              what each command-line flag accepts, bad input as one line
+    static_shapes.py    GLUE fine-tuning at fixed shapes, a compiled graph per length
 
 Nothing here imports the core (tests/test_layout.py checks it)."""
