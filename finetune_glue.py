@@ -13,9 +13,12 @@ and 3e-4.
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
 
 Engineering: batches group examples of similar length and are padded to their longest only
-(RTE: 2 % padding instead of 80 %); bf16 autocast where the hardware has it. On a 2-core CPU
-shared with other jobs use --threads 1: PyTorch's threads otherwise wait for each other.
+(RTE: 2 % padding instead of 80 %); bf16 autocast where the hardware has it. With --compile
+(the default on a GPU) each batch is padded further, to one of a few lengths (--buckets), so
+that each length is one compiled graph, a CUDA graph on a GPU (machinery/static_shapes.py). On a
+2-core CPU shared with other jobs use --threads 1: PyTorch's threads otherwise wait for each other.
 """
+import argparse
 import json
 import math
 import os
@@ -33,6 +36,8 @@ from machinery import cli
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
 from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable
+from machinery.static_shapes import DEFAULT_BUCKETS, Padded, StaticShapes, bucket_lengths, \
+    bucket_list
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
@@ -193,9 +198,13 @@ def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128)
 
 # ----------------------------------------------------------------------------- one run
 
-def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print):
+def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print,
+             static=None):
     """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
-    end of training, as the official code evaluates (run_finetuning.py: no early stopping)."""
+    end of training, as the official code evaluates (run_finetuning.py: no early stopping).
+
+    Engineering: `static`, a machinery.static_shapes.StaticShapes, runs the same batches
+    padded to fixed shapes through its compiled graphs (--compile)."""
     t0 = time.time()
     state, shapes, tok, _ = pre
     task = TASKS[name]
@@ -214,6 +223,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     # STS-B: the official code regresses label / 5, a score in [0, 1]
     # (classification_tasks.py); scaling the predictions leaves their correlations unchanged.
     labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
+    if static:
+        train_padded = Padded(train_in, tok.pad_id, static.buckets[-1])
     for epoch in range(1, epochs + 1):
         model.train()
         te, loss_sum, n_batches = time.time(), torch.zeros((), device=device), 0
@@ -221,30 +232,36 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
             step += 1
             for g, lr in zip(opt.param_groups, base_lrs):
                 g["lr"] = lr * lr_multiplier(step, total, warmup)
-            y = labels[idx].to(device)
-            with autocast():
-                logits = model(*collate(train_in, idx, tok.pad_id, device))
-            loss = F.mse_loss(logits[:, 0], y) if task.regression else \
-                F.cross_entropy(logits, y.long())
+            if static:          # the same batch at a fixed shape, through a compiled graph
+                loss = static.loss(model, train_padded, idx, labels, autocast)
+            else:
+                y = labels[idx].to(device)
+                with autocast():
+                    logits = model(*collate(train_in, idx, tok.pad_id, device))
+                loss = F.mse_loss(logits[:, 0], y) if task.regression else \
+                    F.cross_entropy(logits, y.long())
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             n_batches += 1
+        if device.type == "cuda":      # the queued steps done: the time they really took
+            torch.cuda.synchronize()
         speed = len(train_in) / (time.time() - te)
-        metrics = evaluate(name, model, devs, tok.pad_id, device, autocast)
+        metrics = evaluate(name, model, devs, tok.pad_id, device, autocast, static)
         log(f"{name} seed {seed} epoch {epoch}/{epochs} | train loss "
             f"{loss_sum.item() / n_batches:.4f} | dev {task.metric} {metrics[task.metric]:.4f}"
             f" | {speed:.0f} examples/s", flush=True)
     return {"seed": seed, "metrics": metrics, "time_s": round(time.time() - t0, 2)}
 
 
-def evaluate(name, model, devs, pad_id, device, autocast):
+def evaluate(name, model, devs, pad_id, device, autocast, static=None):
     """Metrics of every dev split; MNLI's mismatched ones get the suffix _mm."""
     metrics = {}
     for split, (inputs, gold) in devs.items():
-        pred = predict(model, inputs, pad_id, device, autocast, TASKS[name].regression)
+        pred = static.predict(model, inputs, pad_id, autocast) if static else \
+            predict(model, inputs, pad_id, device, autocast, TASKS[name].regression)
         suffix = "_mm" if split == "dev_mismatched" else ""
         metrics.update({k + suffix: v for k, v in task_metrics(name, pred, gold).items()})
     return metrics
@@ -285,8 +302,22 @@ def parse_args(argv=None):
                         "stated: top block 0.8 lr (layerwise_param_groups explains)")
     p.add_argument("--threads", type=cli.threads,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="static shapes, for GPU speed: each batch padded to a length of "
+                   "--buckets, the last one filled up with rows of weight 0, each length one "
+                   "torch.compile'd graph (on a GPU a CUDA graph), evaluation likewise; the "
+                   "padding changes no result (docs/finetuning.md). Default: on with CUDA, off "
+                   "elsewhere (--no-compile: eager, each batch padded to its longest)")
+    p.add_argument("--buckets", type=bucket_list,
+                   help="with --compile: the sequence lengths a batch is padded up to "
+                   f"(default {','.join(map(str, DEFAULT_BUCKETS))}; the model's max length "
+                   "is always one)")
     args = p.parse_args(argv)
     refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
+    if args.buckets and args.compile is not True and (args.compile is False or
+                                                     pick_device(args.device).type != "cuda"):
+        p.error("--buckets: only with --compile (the eager path pads each batch to its own "
+                "longest example)")
     return args
 
 
@@ -353,8 +384,11 @@ def run(args):
         raise GlueError(f"--out {path}: is a folder; give a file name such as {path / 'glue.json'}")
     state, shapes, tok, info = pre
     max_len = min(hp["max_len"], shapes["max_len"])
+    compiled = device.type == "cuda" if args.compile is None else args.compile
+    buckets = bucket_lengths(args.buckets or DEFAULT_BUCKETS, max_len)
     print(f"{info['model']} checkpoint {args.ckpt}: step {info['steps']}, encoder "
-          f"{info['params'] / 1e6:.2f}M params | device {device}, {precision}")
+          f"{info['params'] / 1e6:.2f}M params | device {device}, {precision}, " +
+          (f"compiled, buckets {','.join(map(str, buckets))}" if compiled else "eager"))
 
     data = {}                    # read and check every task before training any (fail early)
     for name in names:
@@ -367,10 +401,14 @@ def run(args):
         data[name] = (encode_examples(tok, train, max_len),
                       {k: encode_examples(tok, v, max_len) for k, v in devs.items()})
 
-    results = {}
+    results, compile_s = {}, {}
     for name in names:
         epochs = args.epochs or TASKS[name].epochs
-        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp)
+        static = None
+        if compiled:
+            static, compile_s[name] = compile_task(name, pre, device, autocast, max_len,
+                                                   args.buckets or DEFAULT_BUCKETS, hp)
+        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static)
                 for s in range(args.seeds)]
         results[name] = summarize(runs, TASKS[name].metric)
 
@@ -378,7 +416,9 @@ def run(args):
     out = dict(checkpoint=str(args.ckpt), pretrain=info, tasks=results,
                glue_score=round(score, 2), glue_tasks=names,
                finetune=dict(hp, seeds=args.seeds, precision=precision, device=str(device),
-                             max_len=max_len, max_train=args.max_train, epochs=args.epochs))
+                             max_len=max_len, max_train=args.max_train, epochs=args.epochs,
+                             compile=compiled, buckets=list(buckets) if compiled else None,
+                             compile_s=compile_s))
     print_table(results)
     missing = [t for t in TASKS if t not in names]
     print(f"GLUE score {score:.1f}: mean over {len(names)} of 8 tasks ({', '.join(names)})"
@@ -386,6 +426,29 @@ def run(args):
     write_json_atomic(path, out)
     print(f"wrote {path}")
     return 0
+
+
+def compile_task(name, pre, device, autocast, max_len, buckets, hp, backend="inductor"):
+    """Engineering: (StaticShapes with its graphs compiled, seconds it took) for one task, or
+    (None, None) after one line where torch.compile fails here: the task runs eagerly. The
+    graphs are compiled on a model of the task's shape that is then thrown away; every seed's
+    model reuses them (Dynamo takes the weights as inputs)."""
+    state, shapes, tok, _ = pre
+    n_out = 1 if TASKS[name].regression else len(TASKS[name].labels)
+    t0 = time.time()
+    try:
+        static = StaticShapes(buckets, max_len, hp["batch_size"], device,
+                              TASKS[name].regression, backend)
+        static.warm_up(build_classifier(state, shapes, n_out, hp["dropout"]).to(device),
+                       autocast, tok.pad_id)
+    except Exception as e:      # (a missing C compiler, an unsupported setup): eager instead
+        print(f"{name}: torch.compile failed ({type(e).__name__}: "
+              f"{(str(e).splitlines() or [''])[0][:120]}); fine-tuning eagerly", flush=True)
+        return None, None
+    seconds = round(time.time() - t0, 1)
+    print(f"{name}: compiled {2 * len(static.buckets)} graphs (training and evaluation at "
+          f"lengths {','.join(map(str, static.buckets))}) in {seconds:.1f} s", flush=True)
+    return static, seconds
 
 
 def write_json_atomic(path, obj):

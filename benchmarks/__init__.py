@@ -6,6 +6,7 @@
     batch_time.py       the time to make one batch (the GPU's prefetching thread)
     selfcheck.py        the compiled step against eager at the Table 6 shape (CUDA graphs)
     parity.py           ours and HF's Electra trained on the same batches, loss by loss
+    finetune_speed.py   GLUE fine-tuning's examples/s, eager against static shapes
     hf_electra.py       Hugging Face's Electra wired as ours (optional `transformers`)
     gpu_measure.sh      the GPU measurements: `all MIN` in one command, or stage by stage
 

@@ -15,5 +15,6 @@
     device.py           CPU / CUDA / MPS, bf16 where the hardware has it
     distributed.py      torchrun data parallelism
     cli.py              what each command-line flag accepts, bad input as one line
+    static_shapes.py    GLUE fine-tuning at fixed shapes, a compiled graph per length
 
 Nothing here imports the core (tests/test_layout.py checks it)."""
