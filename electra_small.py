@@ -122,11 +122,13 @@ def parse_args(argv=None):
                    help="also checkpoint every N steps (0: off)")
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
-    p.add_argument("--compile", nargs="?", const="regional", choices=["regional", "whole"],
+    p.add_argument("--compile", nargs="?", const="whole", choices=["whole", "regional"],
                    default=None,
-                   help="compile the step (machinery/step.py), for GPU speed: regional (the "
-                        "default) compiles one Transformer block for all its layers, in "
-                        "seconds; whole makes the whole step one graph, minutes to compile")
+                   help="compile the step (machinery/step.py), for GPU speed: whole (the "
+                        "default) makes the whole step one graph replayed as a CUDA graph, the "
+                        "fastest step, minutes to compile; regional compiles each Transformer "
+                        "block, one for all its layers, and runs the rest eagerly: a fraction "
+                        "of the compiling time, for short runs")
     p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")

@@ -331,7 +331,7 @@ stage_bench() {
   # 2. where an eager step's time goes: torch.profiler's top operations (the trace stays in WORK)
   rm -rf "$WORK/profile"
   limited profile "$LIMIT_PROFILE" profile.txt $PY electra_small.py --data "$WORK/data/corpus" \
-    --size "$SIZE" --device "$DEVICE" --max_steps $((PROFILE_STEPS + 4)) --profile "$PROFILE_STEPS" \
+    --size "$SIZE" --device "$DEVICE" --max_steps $((PROFILE_STEPS + 12)) --profile "$PROFILE_STEPS" \
     --log_every 1000 --out_dir "$WORK/profile"
   # 3. the data-parallel path through torchrun, with NCCL on a GPU (gloo on a CPU)
   for try in default loopback; do      # a machine whose host name resolves nowhere: loopback
@@ -582,15 +582,24 @@ stage_all() {
   fi || die "pre-training left no checkpoint: see $RES/pretrain$S.txt"
   PROFILE_RUN=0
   # the profile's table (train.py prints it), where the step's time went
-  [ "$PROFILE" -gt 0 ] && sed -n '/^---*  *---/,/^profile of/p' "$RES/pretrain$S.txt" > "$RES/profile$S.txt"
-  # fine-tuning: one seed per task and the smallest tasks first, unless SEEDS or TASKS say
+  if [ "$PROFILE" -gt 0 ]; then
+    sed -n '/^---*  *---/,/^profile of/p' "$RES/pretrain$S.txt" > "$RES/profile$S.txt"
+    cp "$RUN/profile_top.json" "$RES/profile_top$S.json" 2>/dev/null
+  fi
+  # fine-tuning: one seed per task and the smallest tasks first, unless SEEDS or TASKS say.
+  # On a GPU its static shapes at one length, 128: a 14M model's step of 32 x 128 is bound by
+  # kernel launches, not arithmetic, so the padding costs little (an estimate), and each task
+  # compiles 2 graphs instead of 6 (finetune_glue.py --buckets; FT_ARGS overrides)
   [ -n "$SEEDS_GIVEN" ] || SEEDS=1
+  [ "$DEVICE" = cuda ] && [[ $FT_ARGS != *--buckets* && $FT_ARGS != *compile* ]] \
+    && FT_ARGS="--buckets 128 $FT_ARGS"
   if [ "$TASKS" != none ]; then
     stage_finetune "$((deadline - 10))"
     touch "$WORK/glue$S/glue_done"
   fi
   skipped=$(sed -n "s/^finetune \([a-z0-9]*\)$S: skipped.*/\1/p" "$RES/summary.txt" | paste -sd, -)
   $PY benchmarks/record_point.py --run "$RUN" --out "$RES/points.jsonl" --skipped "$skipped" \
+    --profile "$RES/profile_top$S.json" \
     --command "$(point_command)" \
     $([ "$TASKS" != none ] && [ -f "$RES/glue_gpu$S.json" ] && echo --glue "$RES/glue_gpu$S.json") \
     | tee -a "$RES/summary.txt"

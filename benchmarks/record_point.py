@@ -37,7 +37,7 @@ def read_log(path):
     return recs
 
 
-def make_record(run, glue=None, command="", gpu=None, skipped=()):
+def make_record(run, glue=None, command="", gpu=None, skipped=(), profile=None):
     """The record of one window's point: `run` the pre-training folder (ckpt.pt, log.jsonl),
     `glue` its fine-tuning results file or None, `skipped` the tasks that did not fit."""
     import torch
@@ -66,6 +66,9 @@ def make_record(run, glue=None, command="", gpu=None, skipped=()):
                gpu=gpu, torch=torch.__version__, command=command, checkpoint=str(run / "ckpt.pt"),
                pretrain=pretrain, tasks={}, glue_score=None, glue_tasks=[],
                tasks_skipped=list(skipped))
+    if profile and Path(profile).exists():          # where the step's time went (top 10)
+        prof = json.loads(Path(profile).read_text())
+        rec["profile"] = dict(prof, top=prof["top"][:10])
     if glue and Path(glue).exists():
         g = json.loads(Path(glue).read_text())
         rec.update(tasks=g["tasks"], glue_score=g["glue_score"], glue_tasks=g["glue_tasks"],
@@ -99,6 +102,7 @@ def main(argv=None):
     p.add_argument("--command", default="", help="the command that made the point")
     p.add_argument("--skipped", default="", help="comma list of tasks that did not fit")
     p.add_argument("--out", help="the .jsonl to append the record to")
+    p.add_argument("--profile", default=None, help="the run's profile_top.json, if profiled")
     p.add_argument("--next", metavar="RECORDS", default=None,
                    help="only print the next point to train after these records: "
                         "'electra' or 'bert FLOPS'")
@@ -112,7 +116,8 @@ def main(argv=None):
     from machinery.checkpoint import CheckpointError
     try:
         rec = make_record(args.run, args.glue, args.command,
-                          skipped=[t for t in args.skipped.split(",") if t])
+                          skipped=[t for t in args.skipped.split(",") if t],
+                          profile=args.profile)
     except (OSError, KeyError, CheckpointError) as e:
         print(f"error: no point to record from {args.run} ({e}): pre-training left no "
               "checkpoint and log", file=sys.stderr)

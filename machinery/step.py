@@ -34,8 +34,6 @@ What one graph, compiled once, needs - and where it is arranged:
 Outside the graph: masking (§2's mask step), which runs on the CPU with each batch's own generator
 (batches.py), so a resumed run draws the same masks, compiled or not.
 """
-import types
-
 import torch
 from torch.utils._pytree import tree_map
 
@@ -51,8 +49,8 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     happens on the first call, so errors (an unsupported setup) surface there. `backend`
     "aot_eager" traces the same graph without generating code (quick: the tests use it);
     fullgraph=False lets a graph break split the step instead of failing (bench.py counts).
-    regional=True compiles the same lines as two graphs and one layer for all its repeats
-    (`compile_regional`: seconds to compile where the whole step takes minutes)."""
+    regional=True compiles only the Transformer blocks, one for all its repeats, and runs the
+    rest eagerly (`compile_regional`: a fraction of the whole step's compiling time)."""
     if regional:
         return compile_regional(update, model, opt, grad_clip, device, precision, backend)
     if hasattr(torch._dynamo.config, "trace_autograd_ops"):  # (else the first call fails,
@@ -102,66 +100,35 @@ def repeated_blocks(model):
             and len({type(b) for b in lst}) == 1 for m in lst]
 
 
-_REGIONS = {}
-
-
-def region_class(cls):
-    """`cls` with its forward a nested compile region: a subclass made once per class, which
-    the repeated blocks take as their class (their weights and state_dict unchanged; in eager
-    mode the region is a no-op). Not the class itself, which would change every model in the
-    process, the whole step's included; and not each block's bound forward, which Dynamo
-    reused with the first block's weights (the losses moved by 1e-3 on the first step)."""
-    if cls not in _REGIONS:
-        if getattr(cls, "is_compile_region", False):
-            return cls
-        _REGIONS[cls] = type(cls.__name__, (cls,), dict(
-            forward=torch.compiler.nested_compile_region(cls.forward), is_compile_region=True,
-            __doc__=f"{cls.__name__}, its forward compiled once for all its repeats."))
-    return _REGIONS[cls]
-
-
 def compile_regional(update, model, opt, grad_clip, device, precision="auto", backend="inductor"):
-    """The step of `compile_step`, compiled in a fraction of the time: returns step(batch, lr).
+    """The step of `compile_step`, ready in a fraction of the time: returns step(batch, lr).
 
-    Compiling time. Inductor compiles a graph's every operation anew, and the whole step holds
-    12 copies of D's block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on
-    an H200). Here each repeated block's forward is a nested compile region
-    (torch.compiler.nested_compile_region): traced and compiled once, then reused for every
-    block of the same shapes, so G's and D's stacks cost one block each.
+    Inductor compiles a graph's every operation anew, and the whole step holds 12 copies of D's
+    block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on an H200; 676 s
+    against this function's 224 s on a busy 2-core CPU, docs/gpu.md). Here each repeated
+    Transformer block is compiled on its own (nn.Module.compile: its forward, and its backward
+    by AOTAutograd), and Dynamo reuses the code it compiled for the first block for every block
+    of the same shapes - G's stack and D's cost one block each. Everything else - embeddings,
+    G's head and the sample x̂, x_corrupt, D's head, both losses, clipping and Adam - runs
+    eagerly, as `update`'s own lines.
 
-    Two graphs, not one. A region's backward must come from AOTAutograd's own
-    forward-and-backward split: with the backward traced into the graph as the whole step does
-    (torch._dynamo.config.trace_autograd_ops), torch 2.13 silently drops the gradients that flow
-    through a nested region - every parameter below D's heads kept grad None, so Adam skipped
-    them, the first step's losses matched eager's and the second's did not
-    (tests/test_compiled_step.py keeps the check). So the model (forward, and its backward by
-    AOTAutograd) is one compiled module, and clipping, Adam and zero_grad a second compiled
-    function; on CUDA each is replayed as a CUDA graph. The gradients pass between the two as
-    tensors in memory, where the whole step keeps them inside one graph."""
+    The price: the kernels between the blocks are launched one by one, and no CUDA graph
+    replays the step, so on a GPU a step costs more than the whole step's (bench.py's
+    ours_regional against ours_compiled measures it). What was tried first, and why not
+    (docs/gpu.md): the blocks as nested compile regions inside one compiled graph
+    (torch.compiler.nested_compile_region) - inside the whole step, whose backward is traced
+    into the graph, torch 2.13 dropped the gradients through the regions; in a compiled model,
+    Inductor's gradients of D's blocks were wrong (relative error about 1). Each block compiled
+    alone gives eager's gradients (tests/test_compiled_step.py)."""
     for block in repeated_blocks(model):
-        block.__class__ = region_class(type(block))
-    lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
-    static_addresses(lrs, opt)
+        block.compile(fullgraph=True, backend=backend)
     autocast = pick_precision(precision, device)[1]
-    cuda_graphs = device.type == "cuda" and backend == "inductor"
-    mode = "reduce-overhead" if cuda_graphs else None
-    forward = torch.compile(model, fullgraph=True, backend=backend, mode=mode)
-
-    def adam_step():                                         # Adam and zero_grad, compiled
-        opt.step()
-        for group in opt.param_groups:
-            for p in group["params"]:
-                p.grad = None
-    compiled_adam = torch.compile(adam_step, fullgraph=True, backend=backend, mode=mode)
-    # `update` runs its own lines: the compiled model, backward, clipping (eager: a few
-    # kernels), then what it takes for the optimizer's step, the compiled Adam.
-    adam = types.SimpleNamespace(step=compiled_adam)
 
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
-        for group, lr_tensor in zip(opt.param_groups, lrs):
-            lr_tensor.fill_(lr)                             # in place: the graph's input
-            group["lr"] = lr_tensor
-        stats = update(forward, adam, batch, grad_clip, autocast)
-        return tree_map(torch.clone, stats) if cuda_graphs else stats
+        for group in opt.param_groups:
+            group["lr"] = lr                    # (eager Adam: a number, as training_step's)
+        stats = update(model, opt, batch, grad_clip, autocast)
+        opt.zero_grad(set_to_none=True)
+        return stats
     return step

@@ -118,36 +118,35 @@ def test_inductor_step_equals_eager():
     assert n_graphs == [1, 1, 1] and breaks == 0
 
 
-def test_the_regional_step_equals_eager_every_parameter_updated():
-    """compile_step(regional=True): G's and D's blocks nested compile regions (each traced once
-    for all its repeats: 2 layers here), the model one compiled module, Adam another. aot_eager
-    and eager's random numbers, as above: the losses of three steps and every parameter after
-    them equal eager's to float32 rounding. The parameters catch what the losses might hide: a
-    block whose gradient went missing (grad None: Adam skips it), as with the regions inside the
-    whole step's traced backward (machinery/step.py), or a block run with another's weights."""
-    import encoder
+def test_the_regional_step_equals_eager_one_graph_per_kind_of_block():
+    """compile_step(regional=True): each Transformer block compiled alone, the rest eager. Two
+    layers here: Dynamo compiles a graph per kind of block (G's, D's) and reuses it for the
+    later layers and for steps 2 and 3 (no recompile). aot_eager and eager's random
+    numbers, as above: the losses of three steps and every parameter after them equal eager's
+    to float32 rounding. The parameters catch what the losses might hide: a block whose gradient
+    went missing (grad None: Adam skips it) or a block run with another's weights, as the nested
+    compile regions did (docs/gpu.md)."""
     torch._dynamo.reset()
     cfg, batches, model, opt, twin, twin_opt = tiny_pair(dropout=0.0, layers=2)
-    before = [p.detach().clone() for p in twin.parameters()]
+    backend, graphs = counting("aot_eager")
+    n_graphs = []
     with torch._inductor.config.patch(fallback_random=True):
         step = compile_step(train.update, twin, twin_opt, cfg.grad_clip, CPU, "fp32",
-                            backend="aot_eager", regional=True)
+                            backend=backend, regional=True)
         for i, batch in enumerate(batches):
             torch.manual_seed(i)
             eager = train.training_step(model, opt, batch, 1e-3 * (i + 1), cfg, CPU, "fp32")
             torch.manual_seed(i)
             compiled = step(batch, 1e-3 * (i + 1))
+            n_graphs.append(len(graphs))
             for k in ("mlm_loss", "disc_loss"):
                 assert compiled[k].item() == pytest.approx(eager[k].item(), rel=1e-6), (i, k)
-    for (name, p), q, b in zip(model.named_parameters(), twin.parameters(), before):
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
-        assert not torch.equal(q, b) or torch.equal(p, b), name       # updated where eager was
     assert all(p.grad is None for p in twin.parameters())
-    blocks = [m for m in twin.modules() if isinstance(m, encoder.Block)]
-    assert len(blocks) == 4 and all(type(b).is_compile_region for b in blocks)
-    # only these blocks: the class itself, and every other model's blocks, are untouched
-    assert not getattr(encoder.Block, "is_compile_region", False)
-    assert all(type(m) is encoder.Block for m in model.modules() if isinstance(m, encoder.Block))
+    # (3 measured: D's first block takes its input from G's embeddings through a projection,
+    # whose metadata differ from a block's output, and is compiled once more)
+    assert n_graphs[0] <= 4 and n_graphs == n_graphs[:1] * 3
 
 
 # ----------------------------------------------------------------------------- no host syncs
@@ -206,13 +205,17 @@ def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path,
 def test_profile_writes_a_trace_and_prints_the_top_operations(data_dir, tmp_path):
     from conftest import run_cli
     out = tmp_path / "run"
-    r = run_cli("electra_small.py", "--data", data_dir, "--size", "tiny", "--max_steps", "3",
-                "--log_every", "3", "--out_dir", out, "--threads", "1", "--profile", "1",
-                timeout=HANG)
+    from machinery.profile import WAIT
+    r = run_cli("electra_small.py", "--data", data_dir, "--size", "tiny", "--max_steps",
+                str(WAIT + 3), "--log_every", "5", "--out_dir", out, "--threads", "1",
+                "--profile", "2", timeout=HANG)
     assert r.returncode == 0, r.stderr
     assert "Self CPU" in r.stdout and "aten::" in r.stdout
-    assert f"profile of 1 steps written to {out / 'profile_trace.json'}" in r.stdout
+    assert f"profile of 2 steps written to {out / 'profile_trace.json'}" in r.stdout
     assert json.loads((out / "profile_trace.json").read_text())["traceEvents"]
+    top = json.loads((out / "profile_top.json").read_text())
+    assert top["steps"] == 2 and len(top["top"]) == 20
+    assert 0 < sum(t["share"] for t in top["top"]) <= 1 + 1e-9
     r = run_cli("electra_small.py", "--profile", "0", "--out_dir", tmp_path / "no", timeout=HANG)
     assert r.returncode == 2 and "--profile" in r.stderr and not (tmp_path / "no").exists()
 

@@ -253,6 +253,7 @@ def test_all_in_minutes_then_again_bert_at_the_same_flops(corpus_file, tmp_path)
     assert electra["pretrain"]["flops"] == log[-1]["flops"]
     assert electra["pretrain"]["passes_over_corpus"] > 0 and "all 0.5" in electra["command"]
     assert "Name" in (res / "profile.txt").read_text()        # the profiled steps' table
+    assert electra["profile"]["steps"] == 3 and electra["profile"]["top"][0]["share"] > 0
     nxt = subprocess.run([sys.executable, "benchmarks/record_point.py", "--next",
                           str(res / "points.jsonl")], cwd=ROOT, capture_output=True, text=True)
     assert nxt.stdout.strip() == "electra"
