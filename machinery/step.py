@@ -104,9 +104,9 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
     """The step of `compile_step`, ready in a fraction of the time: returns step(batch, lr).
 
     Inductor compiles a graph's every operation anew, and the whole step holds 12 copies of D's
-    block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on an H200; 676 s
-    against this function's 224 s on a busy 2-core CPU, docs/gpu.md). Here each repeated
-    Transformer block is compiled on its own (nn.Module.compile: its forward, and its backward
+    block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on an H200; on a
+    2-core CPU 251.7 s to the first step against this function's 36.8 s, docs/gpu.md). Here
+    each repeated Transformer block is compiled on its own (nn.Module.compile: its forward, and its backward
     by AOTAutograd), and Dynamo reuses the code it compiled for the first block for every block
     of the same shapes - G's stack and D's cost one block each. Everything else - embeddings,
     G's head and the sample x̂, x_corrupt, D's head, both losses, clipping and Adam - runs
