@@ -14,8 +14,8 @@ What one graph, compiled once, needs - and where it is arranged:
   so every step would compile a new graph).
 - The same code on the first step as on every later one: Adam's moments exist before the first
   step (optim.py).
-- No host reads (.item(), `if tensor:`): the statistics stay tensors; train.py reads them only
-  when it logs.
+- No host reads (.item(), `if tensor:`): the statistics stay tensors; the loop reads them only
+  when it logs (machinery/run_log.py).
 - Backward traced into the graph: torch._dynamo.config.trace_autograd_ops (off by default).
 - Random numbers (dropout, the sample x̂) drawn inside the graph from torch's generator, so every
   call - and every CUDA-graph replay - draws fresh ones. Inductor draws them with its own kernels
