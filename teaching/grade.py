@@ -171,12 +171,16 @@ def splice(source, submission, parts):
     return texts, refused
 
 
-def make_tree(source, dest, texts):
-    """A fresh copy of the grader's code and tests in dest, with the spliced files."""
+def make_tree(source, dest, texts, tests=True):
+    """A fresh copy of the grader's code (and tests) in dest, with the files of `texts`."""
     for d in ("",) + ma.FOLDERS:
         (dest / d).mkdir(parents=True, exist_ok=True)
         for f in sorted((source / d).glob("*.py")):
             shutil.copy(f, dest / d / f.name)
+    if not tests:
+        for rel, text in texts.items():
+            (dest / rel).write_text(text)
+        return
     shutil.copytree(source / "tests", dest / "tests",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     for rel, text in texts.items():
@@ -307,18 +311,27 @@ def grade(source, submission, hidden, results_path=None, say=print):
         texts, refused = splice(source, submission, parts)
         for p, why in refused.items():
             say(f"  {p}: {why}")
-        tree = work / "tree"
-        make_tree(source, tree, texts)
+        # two copies: the tests and the grader's own files (each graded body as handed out) in
+        # tree, where the tests run; the submitted bodies in code, where the parts' workers run
+        tree, code = work / "tree", work / "code"
+        graded = {course.BY_NAME[p].file for p in parts}
+        make_tree(source, tree, {rel: handout(source, rel, parts) for rel in graded})
+        make_tree(source, code, texts, tests=False)
         user, home = None, None
         if results_path:        # on Gradescope the submission is someone else's code
             user = runner.Unprivileged(os.environ.get(runner.USER_ENV), sys.executable)
             if user.note:
                 say(f"  note: {user.note}")
-            home = user.prepare(work, tree)
+            home = user.prepare(work, code)
+            if user:            # the tests, the hidden ones included: the grader's alone
+                tree.chmod(0o700)
+        if home is None:
+            home = work / "home"
+            home.mkdir()
         results, collected, stopped, seconds = runner.run_parts(
             tree, [p for p in parts if p not in refused], hidden,
             {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),
-            deadline, say, user=user or None, home=home)
+            deadline, say, user=user or None, home=home, code=code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tests = score_entries(cfg, parts, hidden, results, collected, {**refused, **stopped})

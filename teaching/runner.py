@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from teaching import autograder
+from teaching import worker as remote     # the names of the worker's settings
 from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 
 HIDDEN = Path(autograder.HIDDEN)            # where the autograder puts the hidden tests
@@ -196,11 +197,12 @@ def stopped_because(rc, test, out, reason=None):
 
 
 def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=None,
-              home=None):
+              home=None, code=None):
     """Run the parts' tests in as few pytest processes as possible. Returns {nodeid: (passed,
     message)} for every test that finished, {part: [nodeids]} as collected, {part: reason} for
     the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}.
-    `user` (an Unprivileged), when set, runs the tests; `home` is then their HOME."""
+    `code` is the copy with the submitted bodies, in which the parts' workers run (as `user`, an
+    Unprivileged, when set, with `home` their HOME); the tests run in `tree`, as the grader."""
     results, collected, stopped, seconds = {}, {}, {}, {}
     pending, attempt = list(parts), 0
     own = set(children(os.getpid()))          # the grader's own children: never stopped
@@ -208,12 +210,12 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
         while pending:
             attempt += 1
             pending = _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user,
-                                home, own, attempt, results, collected, stopped, seconds)
+                                home, code, own, attempt, results, collected, stopped, seconds)
     return results, collected, stopped, seconds
 
 
-def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, home, own, attempt,
-          results, collected, stopped, seconds):
+def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, home, code, own,
+              attempt, results, collected, stopped, seconds):
     """One pytest process for the parts `pending` (filling in the dicts of run_parts); returns
     the parts left for the next one."""
     log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
@@ -225,15 +227,15 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
     # stays with the process): one part's tests do not leave the next short of memory
     env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MALLOC_MMAP_THRESHOLD_=str(2 ** 20))
-    if home:
-        env["HOME"] = str(home)
-    log.touch()                           # the one file in the tree the tests may write
+    env[remote.TREE_ENV] = str(code or tree)
+    env[remote.PARTS_ENV] = ",".join(pending)
+    env[remote.HOME_ENV] = str(home or code or tree)
     if user:
-        os.chown(log, user.uid, user.gid)
+        env[remote.USER_ENV] = f"{user.uid}:{user.gid}"
     with open(out, "wb") as f:
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=child_setup(user))
+                                preexec_fn=child_setup(None))
     reader, started = Log(log), time.time()
     current, current_t, used = None, None, {p: 0.0 for p in pending}
     ran_any, killed, rc, this_run, done_t = False, None, None, [], None
