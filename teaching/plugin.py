@@ -141,7 +141,7 @@ def remote_env():
 
 def pytest_unconfigure(config):
     if "teaching.remote" in sys.modules:
-        sys.modules["teaching.remote"].stop()
+        sys.modules["teaching.remote"].stop(template=True)
 
 
 def pytest_collection_finish(session):

@@ -69,18 +69,17 @@ def _raise_from(reply):
     raise e
 
 
-class Worker:
-    """One worker process for one part."""
+class Template:
+    """The template worker (teaching/worker.py main): one fresh Python per run of the tests, as
+    the ordinary user when the grader is root, which forks each part's worker."""
 
-    def __init__(self, part):
-        self.part = part
+    def __init__(self):
+        import socket
         tree = os.environ[TREE_ENV]
-        home = os.environ.get(HOME_ENV) or tree
         from teaching.runner import MAX_OUTPUT
-        up_r, up_w = os.pipe()                  # grader -> worker
-        down_r, down_w = os.pipe()              # worker -> grader
-        out = os.path.join(home, f".worker-{part}-{os.getpid()}-{time.time_ns()}.out")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HOME": os.environ.get(HOME_ENV) or tree,
                "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(2 ** 20),
                "LC_ALL": "C.UTF-8"}
         if "AUTOGRADER_ROOT" in os.environ:     # a path only: the results are not its to write
@@ -92,12 +91,61 @@ class Worker:
             kw = dict(user=uid, group=gid, extra_groups=[])
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-B", os.path.join(tree, "teaching", "worker.py"),
-             str(up_r), str(down_w), tree, out, str(MAX_OUTPUT), str(MAX_MESSAGE)],
+             str(theirs.fileno()), tree, str(MAX_OUTPUT), str(MAX_MESSAGE)],
             cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, pass_fds=(up_r, down_w), start_new_session=True, **kw)
-        os.close(up_r)
-        os.close(down_w)
-        self.w, self.r = os.fdopen(up_w, "wb"), os.fdopen(down_r, "rb")
+            stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True,
+            **kw)
+        theirs.close()
+        self.sock = mine
+
+    def ask(self, msg, fds=()):
+        import socket
+        try:
+            socket.send_fds(self.sock, [pickle.dumps(msg)], list(fds))
+            data = self.sock.recv(1 << 16)
+            reply = torch.load(io.BytesIO(data), weights_only=True) if data else None
+        except Exception:
+            reply = None
+        if not isinstance(reply, dict):
+            raise WorkerError("the part's worker could not start: its template is gone")
+        return reply
+
+    def close(self):
+        self.sock.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+
+
+class Worker:
+    """One part's worker, forked by the template."""
+
+    def __init__(self, part):
+        import socket
+        t = _state.get("template")
+        if t is None or t.proc.poll() is not None:
+            t = _state["template"] = Template()
+        self.template = t
+        home = os.environ.get(HOME_ENV) or os.environ[TREE_ENV]
+        out = os.path.join(home, f".worker-{part}-{time.time_ns()}.out")
+        mine, theirs = socket.socketpair()
+        try:
+            self.pid = t.ask({"kind": "fork", "out": out}, [theirs.fileno()])["pid"]
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.w, self.r = mine.makefile("wb"), mine.makefile("rb")
+        self.rc = None
+
+    def running(self):
+        if self.rc is None:
+            try:
+                self.rc = self.template.ask({"kind": "wait", "pid": self.pid, "timeout": 0})["rc"]
+            except WorkerError:
+                self.rc = -signal.SIGKILL
+        return self.rc is None
 
     def request(self, msg):
         try:
@@ -123,9 +171,11 @@ class Worker:
     def gone(self):
         """Why the worker stopped answering, in one line."""
         try:
-            rc = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+            rc = self.rc if self.rc is not None else \
+                self.template.ask({"kind": "wait", "pid": self.pid, "timeout": 5})["rc"]
+        except WorkerError:
             rc = None
+        self.rc = rc
         if rc is not None and rc < 0:
             try:
                 sig = signal.Signals(-rc).name
@@ -138,24 +188,21 @@ class Worker:
                 f"a crash in the code")
 
     def close(self):
-        for f in (self.w, self.r):
+        for f in (self.w, self.r, self.sock):
             try:
                 f.close()
             except OSError:
                 pass
-        if self.proc.poll() is None:
+        for kill in (os.killpg, os.kill):   # its process group (it made one) and itself
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                kill(self.pid, signal.SIGKILL)
             except OSError:
                 pass
+        if self.rc is None:
             try:
-                self.proc.kill()
-            except OSError:
+                self.template.ask({"kind": "wait", "pid": self.pid, "timeout": 5})
+            except WorkerError:
                 pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 _state = {"part": None, "worker": None}
@@ -171,17 +218,19 @@ def use(part):
 
 def worker():
     w = _state["worker"]
-    if w is None or w.proc.poll() is not None:
+    if w is None or not w.running():
         if w is not None:
             w.close()
         w = _state["worker"] = Worker(_state["part"] or "none")
     return w
 
 
-def stop():
+def stop(template=False):
     if _state["worker"] is not None:
         _state["worker"].close()
         _state["worker"] = None
+    if template and _state.get("template") is not None:
+        _state.pop("template").close()
 
 
 def finish():
@@ -189,7 +238,7 @@ def finish():
     when no worker ran); the worker is stopped either way."""
     w = _state["worker"]
     why = None
-    if w is not None and w.proc.poll() is None:
+    if w is not None and w.running():
         try:
             why = w.request({"kind": "finish"}).get("why")
             why = str(why)[:300] if why else None

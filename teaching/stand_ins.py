@@ -28,7 +28,8 @@ def corrupt_last_and_first_slot(x, masked, x_hat):
     x_corrupt[:, -1] = (x[:, -1] + 1) % 90
     first = masked.positions[:, :1]
     x_corrupt.scatter_(1, first, (x.gather(1, first) + 3) % 90)
-    return x_corrupt, x_corrupt != x
+    labels = x_corrupt.ne(x)
+    return x_corrupt, labels
 
 
 def mlm_loss_square(logits, targets, weights):

@@ -24,6 +24,7 @@ import pickle
 import re
 import struct
 import sys
+import time
 import traceback
 from collections import OrderedDict
 from pathlib import Path
@@ -270,34 +271,20 @@ def error_reply(e):
             "where": where(e.__traceback__)}
 
 
-def main(argv):
-    rfd, wfd, root, out, max_output, limit = argv[1:7]
-    import resource
-    max_output = int(max_output)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (max_output, max_output))
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.chdir(root)
-    sys.path[0] = root                    # not teaching/, the folder of this file
-    reader, writer = os.fdopen(int(rfd), "rb"), os.fdopen(int(wfd), "wb")
+def serve(worker, reader, writer, limit):
+    """Answer requests until the tests' process closes the channel."""
+    import io
     import torch
-    torch.set_num_threads(1)
-    worker = Worker()
     handlers = {"call": worker.call, "backward": worker.backward, "finish": worker.finish}
     while True:
-        data = read_message(reader, int(limit))
+        data = read_message(reader, limit)
         if data is None:
-            return 0
+            return
         try:
             msg = pickle.loads(data)
             reply = handlers[msg["kind"]](msg)
         except BaseException as e:          # SystemExit and KeyboardInterrupt too: a reply
             reply = error_reply(e)
-        import io
         buf = io.BytesIO()
         try:
             torch.save(reply, buf)
@@ -305,6 +292,66 @@ def main(argv):
             buf = io.BytesIO()
             torch.save(error_reply(e), buf)
         write_message(writer, buf.getvalue())
+
+
+def main(argv):
+    """The template worker: started fresh (python -I) by the tests' process, it imports torch
+    and the project once, then forks one worker per part on request (so a part's worker starts
+    in milliseconds, from a process that never held a test). Requests come on a Unix socket:
+    fork (with the part's own socket and output file), wait (a worker's exit status)."""
+    import resource
+    import socket
+    ctrl_fd, root, max_output, limit = argv[1:5]
+    max_output, limit = int(max_output), int(limit)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max_output, max_output))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.chdir(root)
+    sys.path[0] = root                    # not teaching/, the folder of this file
+    ctrl = socket.socket(fileno=int(ctrl_fd))
+    import torch
+    torch.set_num_threads(1)
+    worker = Worker()
+    while True:
+        data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 1)
+        if not data:
+            return 0
+        msg = pickle.loads(data)
+        if msg["kind"] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                ctrl.close()
+                os.setsid()
+                fd = os.open(msg["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.close(fd)
+                sock = socket.socket(fileno=fds[0])
+                try:
+                    serve(worker, sock.makefile("rb"), sock.makefile("wb"), limit)
+                finally:
+                    os._exit(0)
+            for fd in fds:
+                os.close(fd)
+            reply = {"pid": pid}
+        else:                               # wait: the exit status, or None while it runs
+            rc, t0 = None, time.time()
+            while rc is None and time.time() - t0 < msg.get("timeout", 5):
+                try:
+                    done, status = os.waitpid(msg["pid"], os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
+                        os.WEXITSTATUS(status)
+                else:
+                    time.sleep(0.01)
+            reply = {"rc": rc}
+        import io
+        buf = io.BytesIO()
+        torch.save(reply, buf)
+        ctrl.sendall(buf.getvalue())
 
 
 if __name__ == "__main__":
