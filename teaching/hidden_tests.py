@@ -184,6 +184,14 @@ def test_mask__half_mask_half_random_tokens():
         f"{share:.3f} of rows show [MASK] at all 3 used positions, expected 0.125: a draw per " \
         f"position, not one per row or an exact share of each row"
     assert (shown[shown != MASK] < 400).all(), "random ids should be below n_random"
+    # the same generator seed gives the same mask, random tokens included
+    again = mask_tokens(x[:64], SPECIAL, MASK, 4, replace_prob=0.5, random_prob=0.5,
+                        n_random=400, generator=torch.Generator().manual_seed(53))
+    twice = mask_tokens(x[:64], SPECIAL, MASK, 4, replace_prob=0.5, random_prob=0.5,
+                        n_random=400, generator=torch.Generator().manual_seed(53))
+    assert torch.equal(again.x_masked, twice.x_masked), \
+        "the same generator seed should give the same x_masked, random tokens included: draw " \
+        "them from `generator` too"
 
 
 # ============================================================================ Part 2: sample

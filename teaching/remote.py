@@ -51,6 +51,9 @@ class WorkerError(Exception):
     """The worker could not answer (it died, or sent what is not an answer)."""
 
 
+WorkerError.__module__ = "builtins"      # its one line names it alone, as a built-in error
+
+
 def _raise_from(reply):
     name, message = reply.get("error", "Exception"), str(reply.get("message", ""))
     import builtins
@@ -148,16 +151,23 @@ class Worker:
         return self.rc is None
 
     def request(self, msg):
+        data = None
         try:
             write_message(self.w, pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-            data = read_message(self.r, MAX_MESSAGE)
-        except (OSError, ValueError) as e:
-            data = None if isinstance(e, OSError) else e
+        except (OSError, ValueError):
+            pass
+        else:
+            try:
+                data = read_message(self.r, MAX_MESSAGE)
+            except ValueError as e:             # more than MAX_MESSAGE
+                self.close()
+                raise WorkerError(f"the part's code sent {e}: return less") from None
+            except OSError:
+                pass
         if not isinstance(data, bytes):
+            why = self.gone()
             self.close()
-            if isinstance(data, ValueError):
-                raise WorkerError(f"the part's code sent {data}: print less, return less")
-            raise WorkerError(self.gone())
+            raise WorkerError(why)
         try:
             reply = torch.load(io.BytesIO(data), weights_only=True)
         except Exception as e:

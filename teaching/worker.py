@@ -337,16 +337,19 @@ def main(argv):
             reply = {"pid": pid}
         else:                               # wait: the exit status, or None while it runs
             rc, t0 = None, time.time()
-            while rc is None and time.time() - t0 < msg.get("timeout", 5):
+            while True:
                 try:
                     done, status = os.waitpid(msg["pid"], os.WNOHANG)
                 except ChildProcessError:
+                    rc = -9                 # reaped already, or never ours: gone
                     break
                 if done:
                     rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
                         os.WEXITSTATUS(status)
-                else:
-                    time.sleep(0.01)
+                    break
+                if time.time() - t0 >= msg.get("timeout", 5):
+                    break
+                time.sleep(0.01)
             reply = {"rc": rc}
         import io
         buf = io.BytesIO()

@@ -586,3 +586,95 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     assert r["score"] == 100, r["score"]
     assert entries["mask", "public"]["score"] == entries["mask", "public"]["max_score"]
     assert json.loads((root / "source/project/tests/grading.json").read_text())["parts"]
+
+
+# Hostile bodies, one part each: each does its attack, then raises as a blank body does, so that
+# its honest work earns 0. The tests run in a process that never runs the submitted code (its
+# worker does), so none may earn a point; the three parts left as the reference keep theirs.
+ATTACKS = {
+    # pytest's reports and hooks rewritten, as a student who knows pytest would
+    "mask": ["import gc, sys",
+             "for _o in gc.get_objects():",
+             "    if type(_o).__name__ in ('TestReport', 'CallInfo'):",
+             "        _o.outcome, _o.excinfo = 'passed', None",
+             "try:",
+             "    import _pytest.runner as _r",
+             "    _r.call_and_report = lambda item, when, log=True, **k: None",
+             "    _r.check_interactive_exception = lambda *a: False",
+             "except Exception:",
+             "    pass",
+             "raise NotImplementedError"],
+    # torch's comparison functions patched to say yes
+    "sample": ["torch.allclose = lambda *a, **k: True",
+               "torch.equal = lambda *a, **k: True",
+               "torch.Tensor.__eq__ = lambda *a, **k: True",
+               "raise NotImplementedError"],
+    # the hidden tests' file read, wherever it may be
+    "corrupt": ["import glob, os",
+                "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                "for _p in glob.glob('/tmp/electra-grade-*/tree/tests/hidden/*.py') + "
+                "glob.glob(_root + '/source/project/tests/hidden/*.py'):",
+                "    try:",
+                "        print(open(_p).read()[:100])",
+                "    except OSError:",
+                "        pass",
+                "raise NotImplementedError"],
+    # the garbage collector walked for the tests' objects and expected values
+    "mlm_loss": ["import gc",
+                 "_found = [o for o in gc.get_objects() if isinstance(o, dict) and "
+                 "('expect' in o or 'want' in o)]",
+                 "raise NotImplementedError"],
+    # results.json written with full marks
+    "disc_loss": ["import os",
+                  "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                  "try:",
+                  "    open(_root + '/results/results.json', 'w').write('{\"score\": 100, "
+                  "\"tests\": []}')",
+                  "except OSError:",
+                  "    pass",
+                  "raise NotImplementedError"],
+    # the grader's tests' process killed (found by its command line)
+    "joint_loss": ["import os, signal",
+                   "for _pid in os.listdir('/proc'):",
+                   "    try:",
+                   "        _cmd = open(f'/proc/{_pid}/cmdline', 'rb').read()",
+                   "        if b'teaching.plugin' in _cmd:",
+                   "            os.kill(int(_pid), signal.SIGKILL)",
+                   "    except (OSError, ValueError):",
+                   "        pass",
+                   "raise NotImplementedError"],
+    # os._exit with a success code
+    "attention": ["import os", "os._exit(0)"],
+    # a flood of output
+    "adam": ["import os, sys",
+             "for _ in range(40):",
+             "    try:",
+             "        os.write(1, b'x' * 2 ** 20)",
+             "        sys.stderr.write('y' * 2 ** 20)",
+             "    except OSError:",
+             "        pass",
+             "raise NotImplementedError"],
+}
+
+
+def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
+    """One submission, eight attacks in eight parts, the reference in the other three: the
+    attacked parts get 0 in their public and hidden tests, the others full marks, and the score
+    is theirs alone (results.json written by the grader after the attack that wrote it)."""
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {course.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, body in ATTACKS.items():
+        fill(sub, part, body)
+    r = run(built, tmp_path, sub)
+    entries = check_results(r)
+    for (part, kind), t in entries.items():
+        if part in ATTACKS:
+            assert t["score"] == 0 and t["output"].count("\n") == 0, (part, kind, t["output"])
+        else:
+            assert t["score"] == t["max_score"], (part, kind, t["output"])
+    assert r["score"] == sum(course.POINTS[p] for p in ALL if p not in ATTACKS)
+    assert "not written yet" in entries["mask", "public"]["output"]
+    assert "exit status 0" in entries["attention", "public"]["output"]
+    assert left_running(tmp_path / "autograder") == []
