@@ -71,6 +71,13 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
         setup = zf.read("setup.sh").decode()
         run_script = zf.read("run_autograder").decode()
         texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+    # the versions the pack was checked with: these tests run on them
+    import numpy
+    import torch
+    assert f'"torch=={autograder.CHECKED["torch"]}"' in setup
+    assert torch.__version__.split("+")[0] == autograder.CHECKED["torch"]
+    assert numpy.__version__ == autograder.CHECKED["numpy"] and f"numpy=={numpy.__version__}" in setup
+    assert pytest.__version__ == autograder.CHECKED["pytest"]
     # PyTorch's CPU index unless TORCH_INDEX_URL names another (a build where it is unreachable)
     assert '--index-url "$TORCH_INDEX_URL"' in setup and setup.count("--index-url") == 1
     line = next(x for x in setup.splitlines() if x.startswith("TORCH_INDEX_URL="))
