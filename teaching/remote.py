@@ -154,6 +154,7 @@ class Worker:
         data = None
         try:
             write_message(self.w, pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+            del msg
         except (OSError, ValueError):
             pass
         else:
@@ -307,7 +308,7 @@ def call(module, qualname, args, kwargs):
     buf = io.BytesIO()
     Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((args, kwargs))
     msg = {"kind": "call", "module": module, "qualname": qualname, "payload": buf.getvalue(),
-           "tensors": [(t.detach().clone(), t.requires_grad,
+           "tensors": [(t.detach(), t.requires_grad,
                         isinstance(t, torch.nn.Parameter),
                         None if t.grad is None else t.grad.detach().clone()) for t in tensors],
            "gens": [g.get_state() for g in gens], "rng": torch.get_rng_state(),
@@ -320,6 +321,8 @@ def call(module, qualname, args, kwargs):
             raise ValueError
         with torch.no_grad():
             for t, new in zip(tensors, after):
+                if new is None:                 # a large argument the call left alone
+                    continue
                 if not isinstance(new, torch.Tensor) or new.shape != t.shape:
                     raise ValueError
                 if new.dtype != t.dtype or not torch.equal(t.detach(), new):

@@ -33,7 +33,8 @@ TREE_ENV = "ELECTRA_WORKER_TREE"      # for the tests' process: the copy with th
 USER_ENV = "ELECTRA_WORKER_USER"      # uid:gid the worker runs as (when the grader is root)
 HOME_ENV = "ELECTRA_WORKER_HOME"      # the worker's HOME, where its output goes
 PARTS_ENV = "ELECTRA_WORKER_PARTS"    # the graded parts, comma-separated
-KEEP_GRAPHS = 16                # calls whose autograd graph stays for a later backward
+KEEP_GRAPHS = 4                 # calls whose autograd graph stays for a later backward
+SMALL = 2 ** 22                 # bytes: an argument this small is always sent back after a call
 MODULES = ("objectives", "encoder", "optim", "ablations", "flops", "finetune_glue")
 
 
@@ -51,7 +52,8 @@ def read_message(f, limit):
 
 
 def write_message(f, data):
-    f.write(struct.pack("<Q", len(data)) + data)
+    f.write(struct.pack("<Q", len(data)))
+    f.write(data)                           # (not joined to the header: no copy of a large one)
     f.flush()
 
 
@@ -153,6 +155,7 @@ class Worker:
                 return tensors[pid[1]] if pid[0] == "t" else gens[pid[1]]
         import io
         args, kwargs = Loader(io.BytesIO(msg["payload"])).load()
+        versions = [t._version for t in tensors]
         module = __import__(msg["module"])
         fn = module
         for name in msg["qualname"].split("."):
@@ -210,7 +213,11 @@ class Worker:
                             v, torch.Tensor) else v] for k, v in st.items()]])
         return {"result": encoded, "outs": [o.detach() for o in outs], "diff": diff,
                 "call": self.calls if any(diff) and inputs else None,
-                "after": [t.detach() for t in tensors], "gens": [g.get_state() for g in gens],
+                # what the call may have changed in place: every small argument, and a large
+                # one whose version counter moved (a large one left alone is not sent back)
+                "after": [t.detach() if t._version != v or t.numel() * t.element_size() <= SMALL
+                          else None for t, v in zip(tensors, versions)],
+                "gens": [g.get_state() for g in gens],
                 "rng": torch.get_rng_state(), "opt_state": opt_state}
 
     def patch(self, patches):
@@ -291,7 +298,9 @@ def serve(worker, reader, writer, limit):
         except Exception as e:
             buf = io.BytesIO()
             torch.save(error_reply(e), buf)
-        write_message(writer, buf.getvalue())
+        del reply
+        write_message(writer, buf.getbuffer())
+        del buf
 
 
 def main(argv):
