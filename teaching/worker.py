@@ -282,14 +282,17 @@ def serve(worker, reader, writer, limit):
     """Answer requests until the tests' process closes the channel."""
     import io
     import torch
-    handlers = {"call": worker.call, "backward": worker.backward, "finish": worker.finish}
     while True:
         data = read_message(reader, limit)
         if data is None:
             return
         try:
             msg = pickle.loads(data)
-            reply = handlers[msg["kind"]](msg)
+            if msg["kind"] not in ("call", "backward", "finish"):
+                raise ValueError(f"no request {msg['kind']!r}")
+            # looked up at each request: the part's code may replace any of them (the tests
+            # check that a worker lying about gradients gains nothing)
+            reply = getattr(worker, msg["kind"])(msg)
         except BaseException as e:          # SystemExit and KeyboardInterrupt too: a reply
             reply = error_reply(e)
         buf = io.BytesIO()

@@ -641,7 +641,7 @@ ATTACKS = {
                   "    pass",
                   "raise NotImplementedError"],
     # the grader's tests' process killed (found by its command line)
-    "joint_loss": ["import os, signal",
+    "flops": ["import os, signal",
                    "for _pid in os.listdir('/proc'):",
                    "    try:",
                    "        _cmd = open(f'/proc/{_pid}/cmdline', 'rb').read()",
@@ -664,24 +664,43 @@ ATTACKS = {
 }
 
 
+# A worker that lies about gradients: L_Disc detached from `loss` (a planted wrong answer), and
+# the worker's backward replaced by one that answers made-up gradients (ones). The values are
+# right, so the value tests pass; no gradient test may.
+LYING_GRADIENTS = [
+    "import sys as _sys",
+    "def _lie(self, msg):",
+    "    return {'grads': [torch.ones_like(t) for t in self.graphs[msg['call']][1]]}",
+    "_sys.modules['__main__'].Worker.backward = _lie",
+    *[line.replace("self.disc_weight * loss_disc", "self.disc_weight * loss_disc.detach()")
+      for line in ma.reference_body("joint_loss")]]
+
+
 def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
-    """One submission, eight attacks in eight parts, the reference in the other three: the
-    attacked parts get 0 in their public and hidden tests, the others full marks, and the score
-    is theirs alone (results.json written by the grader after the attack that wrote it)."""
+    """One submission, eight attacks in eight parts, a worker lying about gradients in a ninth,
+    the reference in the other two: the attacked parts get 0 in their public and hidden tests,
+    the liar only its value tests, the others full marks, and the score is theirs alone
+    (results.json written by the grader after the attack that wrote it)."""
     sub = tmp_path / "submission"
     sub.mkdir()
     for f in {course.BY_NAME[p].file for p in ALL}:
         shutil.copy(ROOT / f, sub / f)
-    for part, body in ATTACKS.items():
+    for part, body in {**ATTACKS, "joint_loss": LYING_GRADIENTS}.items():
         fill(sub, part, body)
     r = run(built, tmp_path, sub)
     entries = check_results(r)
     for (part, kind), t in entries.items():
         if part in ATTACKS:
             assert t["score"] == 0 and t["output"].count("\n") == 0, (part, kind, t["output"])
-        else:
+        elif part != "joint_loss":
             assert t["score"] == t["max_score"], (part, kind, t["output"])
-    assert r["score"] == sum(course.POINTS[p] for p in ALL if p not in ATTACKS)
+    liar = entries["joint_loss", "public"]
+    assert liar["extra_data"]["passed"] == 3 and liar["extra_data"]["tests"] == 5, liar["output"]
+    assert "- the loss trains both networks:" in liar["output"] and \
+        "- no gradient from l disc into the generator:" in liar["output"], liar["output"]
+    assert entries["joint_loss", "hidden"]["score"] == 0, entries["joint_loss", "hidden"]["output"]
+    assert r["score"] == pytest.approx(liar["score"] + sum(
+        course.POINTS[p] for p in ALL if p not in ATTACKS and p != "joint_loss"))
     assert "not written yet" in entries["mask", "public"]["output"]
     assert "exit status 0" in entries["attention", "public"]["output"]
     assert left_running(tmp_path / "autograder") == []
