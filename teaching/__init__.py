@@ -8,6 +8,7 @@
     remote.py           the stubs through which the tests call the submitted code's worker
     worker.py           the worker: the one process the submitted code runs in (an ordinary user)
     stand_ins.py        the stand-ins of other parts, by name, for the tests and the worker alike
+    similar.py          how alike a submitted body is to the reference (for instructors only)
     strays.py           the processes a submission's code leaves running, found and stopped
     autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip

@@ -126,9 +126,10 @@ def _add(zf, name, data, executable=False):
     zf.writestr(info, data)
 
 
-def write_zip(copy, path, hidden_tests, folders):
+def write_zip(copy, path, hidden_tests, folders, extra=None):
     """Write autograder.zip for the student copy in `copy` to `path` (replaced whole, or left
-    as it was when writing fails)."""
+    as it was when writing fails); `extra` {path in the project: bytes} adds the grader's own
+    files (the reference bodies' tokens)."""
     copy, path = Path(copy), Path(path)
     requirements = (copy / "requirements.txt").read_text()
     tmp = path.with_name(f".{path.name}.tmp")
@@ -140,6 +141,8 @@ def write_zip(copy, path, hidden_tests, folders):
             for rel in files_of(copy, folders):
                 _add(zf, f"{PROJECT}/{rel}", (copy / rel).read_bytes())
             _add(zf, f"{PROJECT}/{HIDDEN}", Path(hidden_tests).read_bytes())
+            for rel, data in (extra or {}).items():
+                _add(zf, f"{PROJECT}/{rel}", data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

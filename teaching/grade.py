@@ -42,7 +42,7 @@ if not __package__:   # run as a path (python teaching/grade.py): import from th
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
-from teaching import autograder, course
+from teaching import autograder, course, similar
 from teaching import make_assignment as ma
 from teaching import runner
 from teaching.runner import HIDDEN, is_hidden, test_name
@@ -269,6 +269,36 @@ def table(results):
     return "\n".join(rows + ([""] + fails if fails else []))
 
 
+def near_copies(source, submission, parts):
+    """results.json entries, for instructors only (`hidden`, 0 of 0 points), for the parts whose
+    submitted body is a near-copy of the reference body (teaching/similar.py), with its
+    similarity. Nothing when the grader has no reference tokens (a student copy)."""
+    try:
+        reference = json.loads((source / similar.FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for part in parts:
+        rel = course.BY_NAME[part].file
+        try:
+            body, _ = submitted_body(find_file(submission, rel).read_text(encoding="utf-8"),
+                                     part, rel)
+        except (OSError, UnicodeDecodeError, AttributeError, Refused):
+            continue
+        ratio = similar.similarity(similar.tokens(body), reference.get(part) or [])
+        if ratio >= similar.NEAR_COPY:
+            n = course.PARTS.index(course.BY_NAME[part]) + 1
+            out.append({
+                "name": f"Part {n}: {course.BY_NAME[part].title} ({part}) - likeness to the "
+                        f"reference body (instructors only)",
+                "number": f"{n}.3", "score": 0.0, "max_score": 0.0, "visibility": "hidden",
+                "output": f"The submitted body is {ratio:.0%} like the reference body once names "
+                          f"and formatting are normalised: a near-copy? Read it. The score is "
+                          f"not changed by this.",
+                "extra_data": {"part": part, "kind": "likeness", "similarity": round(ratio, 3)}})
+    return out
+
+
 # ---------------------------------------------------------------------------- the grader
 
 def load_config(source):
@@ -337,6 +367,8 @@ def grade(source, submission, hidden, results_path=None, say=print):
     tests = score_entries(cfg, parts, hidden, results, collected, {**refused, **stopped})
     for t in tests:
         t["extra_data"]["seconds"] = round(seconds.get(t["extra_data"]["part"], 0.0), 2)
+    if results_path:
+        tests += near_copies(source, submission, [p for p in parts if p not in refused])
     out = results_json(tests, time.time() - t0, parts)
     if results_path:
         write_json(results_path, out)

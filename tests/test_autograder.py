@@ -50,11 +50,20 @@ def check_results(r):
         assert 0 <= t["score"] <= t["max_score"], t
         assert t["visibility"] in VISIBILITY
         x = t["extra_data"]
+        if x["kind"] == "likeness":     # a near-copy of the reference: instructors only, 0 of 0
+            assert t["visibility"] == "hidden" and t["score"] == t["max_score"] == 0, t
+            continue
         assert t["visibility"] == ("visible" if x["kind"] == "public" else "after_due_date")
         entries[x["part"], x["kind"]] = t
     assert r["score"] == pytest.approx(sum(t["score"] for t in r["tests"]), abs=1e-6)
     json.dumps(r)                                    # plain JSON all the way down
     return entries
+
+
+def likeness(r):
+    """{part: similarity} of results.json's near-copy entries (instructors only)."""
+    return {t["extra_data"]["part"]: t["extra_data"]["similarity"] for t in r["tests"]
+            if t["extra_data"]["kind"] == "likeness"}
 
 
 def run(built, tmp_path, submission, **config):
@@ -211,13 +220,17 @@ def test_the_reference_gets_full_marks(built, tmp_path):
     # the points of make_assignment.POINTS, half to the hidden tests
     assert r["score"] == sum(course.POINTS.values()) == 100
     assert entries["mask", "hidden"]["max_score"] == course.POINTS["mask"] * course.HIDDEN_SHARE
+    # the reference's bodies are the reference: each part listed for instructors, 100 % alike
+    assert likeness(r) == {p: 1.0 for p in ALL}
     assert all(entries[p, "hidden"]["extra_data"]["tests"] >= 2 for p in ALL)
 
 
 def test_a_blank_copy_gets_0_on_its_blank_parts_and_full_marks_elsewhere(built, tmp_path):
     copy = tmp_path / "half"
     ma.make_copy(copy, HALF)
-    entries = check_results(run(built, tmp_path, copy))
+    r = run(built, tmp_path, copy)
+    entries = check_results(r)
+    assert sorted(likeness(r)) == sorted(p for p in ALL if p not in HALF)   # blanks: not alike
     for (part, kind), t in entries.items():
         if part in HALF:
             assert t["score"] == 0 and "not written yet" in t["output"], (part, kind)
@@ -704,3 +717,24 @@ def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
     assert "not written yet" in entries["mask", "public"]["output"]
     assert "exit status 0" in entries["attention", "public"]["output"]
     assert left_running(tmp_path / "autograder") == []
+
+
+def test_likeness_to_the_reference_ignores_names_and_formatting():
+    """A reference body with its variables renamed, its comments gone and its lines rewrapped is
+    still 100 % alike; another correct answer is not a near-copy; a blank body is nothing."""
+    from answers_correct import ALTERNATIVES, body_of
+    from teaching import similar
+    ref = ma.reference_body("attention")
+    text = "\n".join(l for l in ref if not l.strip().startswith("#"))
+    for old, new in (("q, k, v", "query, key, value"), ("a = ", "attended = "),
+                     ("(a.", "(attended."), ("B, T, H", "batch, length, width"),
+                     ("(B, T, H)", "(batch, length, width)"), ("(B, T, 3", "(batch, length, 3"),
+                     ("H // self", "width // self")):
+        text = text.replace(old, new)
+    renamed = text.replace("attn_mask=attn_mask,\n", "attn_mask=attn_mask,").splitlines()
+    assert renamed != ref
+    want = similar.tokens(ref)
+    assert similar.similarity(similar.tokens(renamed), want) == 1.0
+    assert similar.similarity(similar.tokens(body_of(ALTERNATIVES[0]["attention"])), want) < \
+        similar.NEAR_COPY
+    assert similar.similarity(similar.tokens(ma.stub("attention")), want) < 0.1
