@@ -10,9 +10,11 @@ Each part is graded from the code between its `# BEGIN ASSIGNMENT <part>` and `#
 (tests/grading.json) - into a fresh folder, puts each part's submitted body into its own copy of
 the part's file, and runs the part's tests there: nothing a submission holds outside its bodies
 (an edited test, a changed helper) takes part, and the other parts of the file stay the grader's.
-The tests of every part run in one pytest process (one start of PyTorch; teaching/runner.py): a
-part that loops past its time limit or crashes the process gets 0 with one line saying why, and
-the process starts again for the parts left. Before any test runs, a part gets 0 with one line for: its file missing
+The tests of every part run in one pytest process (one start of PyTorch; teaching/runner.py),
+and call the submitted bodies in a worker process per part, in a copy of the project without the
+tests (teaching/remote.py, teaching/worker.py): only values come back, and every verdict is the
+tests' own. A part that loops past its time limit or crashes its worker gets 0 with one line
+saying why, and the tests go on with the parts left. Before any test runs, a part gets 0 with one line for: its file missing
 from the submission, its markers missing, doubled or moved out of its function (renamed or
 deleted), or a syntax error in its body. Inside a part each test is worth the same share; a
 failed test shows its assertion's one-line message, never a traceback. Output is capped: a part
@@ -24,7 +26,9 @@ them after the due date) and writes results.json in Gradescope's format: one ent
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
 run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
-root (Gradescope's way), the grader runs the tests' process as an ordinary user.
+root (Gradescope's way), the grader runs the workers as an ordinary user and keeps the tests to
+itself. A body that is a near-copy of the reference gets an entry instructors alone see
+(teaching/similar.py).
 
 It imports neither torch nor the project's code: the tests do that, in their own process."""
 import json
@@ -327,7 +331,7 @@ def write_json(path, data):
 def grade(source, submission, hidden, results_path=None, say=print):
     """Grade `submission` with the grader's own copy `source`; returns results.json's dict
     (and writes it to results_path, first with every part "not graded", then in full). With a
-    results_path (Gradescope) and run as root, the tests run as an ordinary user."""
+    results_path (Gradescope) and run as root, the workers run as an ordinary user."""
     t0 = time.time()
     cfg = load_config(source)
     parts = cfg["parts"]

@@ -1,13 +1,15 @@
 """Teaching: the pytest plugin in the tests' process, which reports each test back to the
 grader (teaching/runner.py starts `python -m pytest -p teaching.plugin ...`).
 
-Silent unless the grader named a log in $ELECTRA_GRADE_LOG (runner.LOG_ENV): then it writes one
-JSON line per event - collected, a collection error, started, done with a failed test's one-line
-message (the assertion's message or the exception, never a traceback; an exception raised in a
-part's body says where) - drops what each test printed once it is done, puts back what one
-part's code may change for the tests after it, and after a part's last test ends the process
-when that code left processes or threads running or replaced a function the tests use, so
-that the grader starts a fresh one for the parts after it.
+Silent unless the grader named a log in $ELECTRA_GRADE_LOG (runner.LOG_ENV): then it replaces
+every graded function by a stub that calls the part's worker (teaching/remote.py: the submitted
+code runs there, never here), and writes one JSON line per event - collected, a collection
+error, started, done with a failed test's one-line message (the assertion's message or the
+exception, never a traceback; an exception raised in a part's body says where) - drops what
+each test printed once it is done, puts back what a test may change for the tests after it,
+and after a part's last test asks its worker whether the part's code left processes or threads
+running or replaced a function its calls use (the part then gets 0 with one line), and stops
+that worker.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast

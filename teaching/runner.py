@@ -5,9 +5,11 @@ what the plugin's hooks (teaching/plugin.py) write, one JSON line per event (col
 done, with a failed test's one-line message), to a log it names in $ELECTRA_GRADE_LOG. The grader watches the log:
 a part whose tests run past its time limit, or a process that crashes (a segfault, os._exit, out
 of memory), is stopped and given one line saying why, and a new process starts for the parts
-left. Every file the tests write is capped (MAX_OUTPUT), so a part that prints without end fails
-with one line. Run as root, as on Gradescope, the grader runs this process as an ordinary user
-(Unprivileged): the submitted code runs here, and nowhere else.
+left. Every file the tests write is capped (MAX_OUTPUT), the workers' output too. The submitted
+code never runs in the tests' process: the plugin calls it in a worker process per part
+(teaching/remote.py, teaching/worker.py), in a copy of the project that holds no test, as an
+ordinary user (Unprivileged) when the grader runs as root; the tests and their verdicts stay
+here, run as the grader's user.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast
@@ -100,17 +102,17 @@ def limit_output():
 
 
 class Unprivileged:
-    """Who runs the tests when the grader runs as root (Gradescope runs everything as root).
+    """Who runs the submitted code's workers when the grader runs as root (Gradescope runs
+    everything as root).
 
-    The submitted code runs inside the tests' process; as root it could rewrite the grader's
-    files, signal the grader, or leave a process behind that writes results.json after the
-    grader has finished. So the grader runs that process as an ordinary user - $ELECTRA_GRADE_USER,
-    else `electra-student` (setup.sh creates it), else `nobody` - which can read the grading
-    tree but write only its own log, its home and /tmp. What it cannot stop: code in the tests'
-    process can still read the tests it runs beside and fake their reports (instructor-notes.md
-    says so). Not root (a student's own machine): the tests run as the grader's user. Given
-    `python`, a user who cannot start it (a Python under a private /root) is not taken, and
-    `note` says why the tests run as root."""
+    As root a worker could read the tests (the hidden ones included), rewrite the grader's files,
+    signal the grader, or leave a process behind that writes results.json after the grader has
+    finished. So the grader runs the workers as an ordinary user - $ELECTRA_GRADE_USER, else
+    `electra-student` (setup.sh creates it), else `nobody` - which can read the workers' copy of
+    the project but write only its home and /tmp; the tests' folder is then the grader's alone.
+    Not root (a student's own machine): the workers run as the grader's user. Given `python`, a
+    user who cannot start it (a Python under a private /root) is not taken, and `note` says why
+    the workers run as root."""
 
     def __init__(self, user=None, python=None):
         self.uid = self.gid = None
@@ -125,9 +127,9 @@ class Unprivileged:
             self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
             if python and not self.can_run(python):
                 self.uid = None
-                self.note = f"the tests run as root: user {name} cannot run {python}"
+                self.note = f"the submitted code runs as root: user {name} cannot run {python}"
             return
-        self.note = "the tests run as root: no user " + " or ".join(USERS) + " to run them as"
+        self.note = "the submitted code runs as root: no user " + " or ".join(USERS) + " to run it as"
 
     def __bool__(self):
         return self.uid is not None
@@ -148,7 +150,7 @@ class Unprivileged:
             return False
 
     def prepare(self, work, tree):
-        """The grading folder readable, never writable, by the user; a home it owns."""
+        """The workers' copy readable, never writable, by the user; a home it owns."""
         if not self:
             return None
         for d in [work, *[p for p in tree.rglob("*") if p.is_dir()], tree]:
@@ -163,7 +165,8 @@ class Unprivileged:
 
 
 def child_setup(user):
-    """What the tests' process does before it starts: the output cap, then the user."""
+    """What a child of the grader does before it starts: the output cap, then the user (the
+    tests' process: none)."""
     def setup():
         limit_output()
         if user:
