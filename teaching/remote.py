@@ -400,3 +400,6 @@ def install(parts):
         if p.name in parts:
             setattr(owner, name, stub_for(module, qualname, owner.__dict__[name]))
         _installed[f"{module}.{qualname}"] = owner.__dict__.get(name)
+    if os.environ.get(TREE_ENV) and _state.get("template") is None:
+        # started now, so that its import of PyTorch runs while pytest collects the tests
+        _state["template"] = Template()

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import HANG
 
-from teaching import autograder, course, grade, plugin, runner
+from teaching import autograder, course, grade, plugin, runner, similar
 from teaching import make_assignment as ma
 from answers_wrong import WRONG, wrong_answers
 from test_assignments import HIDDEN, KEPT, fill, key_lines
@@ -113,8 +113,11 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
             assert not hits, (part, line, hits)
     # the student copy has no hidden test; the zip is the same bytes when built again
     assert not (built / "hw" / ma.HIDDEN_TESTS).exists() and not (built / "hw" / HIDDEN).exists()
-    autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS)
+    autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS,
+                         {similar.FILE: ma.reference_tokens(ALL)})
     assert (built / "again.zip").read_bytes() == (built / "autograder.zip").read_bytes()
+    # the reference bodies as tokens, for the likeness entry: beside the hidden tests only
+    assert f"project/{similar.FILE}" in names and not (built / "hw" / similar.FILE).exists()
 
 
 # Gradescope's image (Ubuntu 22.04) runs Python 3.10: what the zip and the handout hold must
@@ -551,33 +554,35 @@ def test_what_a_test_printed_is_not_kept_for_the_parts_after_it(tmp_path):
     assert done["test_x.py::test_nothing_kept"]["passed"], done["test_x.py::test_nothing_kept"]
 
 
-# Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
+# Run as root, as on Gradescope, the grader runs the submitted code's workers as an ordinary user.
 as_root = pytest.mark.skipif(os.geteuid() != 0 or not runner.Unprivileged(),
                              reason="the grader changes user only when it runs as root")
 
 
 @as_root
-def test_as_root_the_tests_run_as_a_user_who_can_read_the_tree_and_write_only_its_log():
+def test_as_root_the_workers_run_as_a_user_who_reads_their_copy_and_writes_only_home():
+    """The layout grade.py makes: the workers' copy (code) readable, the tests' copy (tree, the
+    hidden tests in it) the grader's alone, the results root's."""
     user = runner.Unprivileged()
     work = Path(tempfile.mkdtemp(prefix="electra-grade-test-"))   # as the grader's, in /tmp
     results = work / "results"                                   # root's, as on Gradescope
-    (work / "tree" / "tests").mkdir(parents=True)
+    (work / "code").mkdir()
+    (work / "tree" / "tests" / "hidden").mkdir(parents=True)
     results.mkdir(mode=0o755)
-    (work / "tree" / "tests" / "test_x.py").write_text("x = 1\n")
-    log = work / "tree" / ".grade-1.jsonl"
-    home = user.prepare(work, work / "tree")
-    log.touch()
-    os.chown(log, user.uid, user.gid)
-    script = ("id -u; cat tests/test_x.py; echo ok >> .grade-1.jsonl && echo log; "
-              f"echo x >> tests/test_x.py || echo tree refused; "
+    (work / "code" / "x.py").write_text("x = 1\n")
+    (work / "tree" / "tests" / "hidden" / "test_hidden.py").write_text("secret\n")
+    home = user.prepare(work, work / "code")
+    (work / "tree").chmod(0o700)
+    script = ("id -u; cat x.py; cat ../tree/tests/hidden/test_hidden.py || echo hidden refused; "
+              "echo x >> x.py || echo code refused; "
               f"echo x > {results}/results.json || echo results refused; "
               f"kill -0 {os.getpid()} || echo grader refused; echo x > $HOME/h && echo home")
-    out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "tree", capture_output=True,
+    out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "code", capture_output=True,
                          text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                          preexec_fn=runner.child_setup(user), timeout=HANG).stdout.split()
-    assert out == [str(user.uid), "x", "=", "1", "log", "tree", "refused", "results", "refused",
-                   "grader", "refused", "home"]
-    assert (work / "tree" / "tests" / "test_x.py").read_text() == "x = 1\n"
+    assert out == [str(user.uid), "x", "=", "1", "hidden", "refused", "code", "refused",
+                   "results", "refused", "grader", "refused", "home"]
+    assert (work / "code" / "x.py").read_text() == "x = 1\n"
     shutil.rmtree(work)
 
 
