@@ -288,6 +288,7 @@ def serve(worker, reader, writer, limit):
             return
         try:
             msg = pickle.loads(data)
+            del data                        # (not held while the call runs)
             if msg["kind"] not in ("call", "backward", "finish"):
                 raise ValueError(f"no request {msg['kind']!r}")
             # looked up at each request: the part's code may replace any of them (the tests
@@ -325,7 +326,9 @@ def main(argv):
     import torch
     torch.set_num_threads(1)
     worker = Worker()
-    while True:
+    import gc
+    gc.freeze()             # the template's objects: out of the workers' collections (fewer
+    while True:             # of its pages copied into each worker)
         data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 1)
         if not data:
             return 0
