@@ -3,8 +3,12 @@
     course.py           the course: the parts, their contracts, points and the grader's limits
     make_assignment.py  a student copy with chosen functions blank, graded part by part
     grade.py            the grader: a copy's score table, Gradescope's results.json
-    runner.py           the tests' process the grader runs (limits, an ordinary user)
+    runner.py           the tests' process the grader runs (time limits, output caps)
     plugin.py           the pytest plugin in that process: reports each test back to the grader
+    remote.py           the stubs through which the tests call the submitted code's worker
+    worker.py           the worker: the one process the submitted code runs in (an ordinary user)
+    stand_ins.py        the stand-ins of other parts, by name, for the tests and the worker alike
+    similar.py          how alike a submitted body is to the reference (for instructors only)
     strays.py           the processes a submission's code leaves running, found and stopped
     autograder.py       Gradescope's autograder.zip for a copy, and a fake /autograder to check it
     hidden_tests.py     the hidden tests, shipped only in the autograder.zip

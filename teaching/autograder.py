@@ -30,7 +30,11 @@ from pathlib import Path
 VENV = "/opt/electra-grader"          # setup.sh's virtual environment, run_autograder's Python
 PROJECT = "project"                   # the grader's copy inside the zip (and /autograder/source)
 HIDDEN = "tests/hidden/test_hidden.py"
-USER = "electra-student"              # who runs the tests (teaching/runner.py USERS[0])
+USER = "electra-student"              # who runs the submitted code (teaching/runner.py USERS[0])
+# The versions the pack was checked with (tests/test_autograder.py on them): setup.sh installs
+# these and no others, so that an image built later grades as the check did.
+CHECKED = {"torch": "2.13.0", "numpy": "2.4.6", "pytest": "9.2.0", "tiktoken": "0.14.0",
+           "matplotlib": "3.11.2"}
 
 SETUP_SH = f"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder's image (base image:
@@ -49,10 +53,12 @@ python3 -m venv {VENV}
 {VENV}/bin/pip install --no-cache-dir --upgrade pip
 {VENV}/bin/pip install --no-cache-dir "{{torch}}" \\
     --index-url "$TORCH_INDEX_URL"
+# the versions the pack was checked with, then requirements.txt (which they satisfy)
+{VENV}/bin/pip install --no-cache-dir {" ".join(f"{k}=={v}" for k, v in CHECKED.items() if k != "torch")}
 {VENV}/bin/pip install --no-cache-dir -r /autograder/source/{PROJECT}/requirements.txt
 {VENV}/bin/python -c "import numpy, pytest, torch; print('torch', torch.__version__, 'ready')"
-# The user the submitted code runs as (teaching/runner.py's Unprivileged): not root, so it can
-# neither rewrite the grader nor results.json.
+# The user the submitted code's worker runs as (teaching/runner.py's Unprivileged): not root,
+# so it can neither read the tests nor write the grader or results.json.
 id {USER} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {USER}
 """
 
@@ -79,11 +85,28 @@ exit 0
 
 
 def torch_requirement(requirements):
-    """The torch line of requirements.txt, for setup.sh's CPU-only install."""
+    """The torch setup.sh installs (CPU-only): the version the pack was checked with, which
+    requirements.txt's range must allow (ValueError when it does not)."""
     for line in requirements.splitlines():
-        if line.strip().startswith("torch"):
-            return line.split("#")[0].strip()
-    return "torch"
+        spec = line.split("#")[0].strip()
+        if spec.startswith("torch") and not _allows(spec[len("torch"):], CHECKED["torch"]):
+            raise ValueError(f"requirements.txt asks for {spec}, but the pack was checked with "
+                             f"torch {CHECKED['torch']}")
+    return f"torch=={CHECKED['torch']}"
+
+
+def _allows(spec, version):
+    """Whether a requirement's version clauses (">=2.2,<=2.14.1") allow `version` (numbers)."""
+    import operator
+    import re
+    ops = {">=": operator.ge, "<=": operator.le, "==": operator.eq, ">": operator.gt,
+           "<": operator.lt, "!=": operator.ne}
+    key = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = re.match(r"(>=|<=|==|!=|>|<)\s*([\d.]+)$", clause)
+        if m and not ops[m.group(1)](key(version), key(m.group(2))):
+            return False
+    return True
 
 
 def files_of(copy, folders):
@@ -103,9 +126,10 @@ def _add(zf, name, data, executable=False):
     zf.writestr(info, data)
 
 
-def write_zip(copy, path, hidden_tests, folders):
+def write_zip(copy, path, hidden_tests, folders, extra=None):
     """Write autograder.zip for the student copy in `copy` to `path` (replaced whole, or left
-    as it was when writing fails)."""
+    as it was when writing fails); `extra` {path in the project: bytes} adds the grader's own
+    files (the reference bodies' tokens)."""
     copy, path = Path(copy), Path(path)
     requirements = (copy / "requirements.txt").read_text()
     tmp = path.with_name(f".{path.name}.tmp")
@@ -117,6 +141,8 @@ def write_zip(copy, path, hidden_tests, folders):
             for rel in files_of(copy, folders):
                 _add(zf, f"{PROJECT}/{rel}", (copy / rel).read_bytes())
             _add(zf, f"{PROJECT}/{HIDDEN}", Path(hidden_tests).read_bytes())
+            for rel, data in (extra or {}).items():
+                _add(zf, f"{PROJECT}/{rel}", data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

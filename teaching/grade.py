@@ -10,9 +10,11 @@ Each part is graded from the code between its `# BEGIN ASSIGNMENT <part>` and `#
 (tests/grading.json) - into a fresh folder, puts each part's submitted body into its own copy of
 the part's file, and runs the part's tests there: nothing a submission holds outside its bodies
 (an edited test, a changed helper) takes part, and the other parts of the file stay the grader's.
-The tests of every part run in one pytest process (one start of PyTorch; teaching/runner.py): a
-part that loops past its time limit or crashes the process gets 0 with one line saying why, and
-the process starts again for the parts left. Before any test runs, a part gets 0 with one line for: its file missing
+The tests of every part run in one pytest process (one start of PyTorch; teaching/runner.py),
+and call the submitted bodies in a worker process per part, in a copy of the project without the
+tests (teaching/remote.py, teaching/worker.py): only values come back, and every verdict is the
+tests' own. A part that loops past its time limit or crashes its worker gets 0 with one line
+saying why, and the tests go on with the parts left. Before any test runs, a part gets 0 with one line for: its file missing
 from the submission, its markers missing, doubled or moved out of its function (renamed or
 deleted), or a syntax error in its body. Inside a part each test is worth the same share; a
 failed test shows its assertion's one-line message, never a traceback. Output is capped: a part
@@ -24,7 +26,9 @@ them after the due date) and writes results.json in Gradescope's format: one ent
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
 run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
-root (Gradescope's way), the grader runs the tests' process as an ordinary user.
+root (Gradescope's way), the grader runs the workers as an ordinary user and keeps the tests to
+itself. A body that is a near-copy of the reference gets an entry instructors alone see
+(teaching/similar.py).
 
 It imports neither torch nor the project's code: the tests do that, in their own process."""
 import json
@@ -42,7 +46,7 @@ if not __package__:   # run as a path (python teaching/grade.py): import from th
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
-from teaching import autograder, course
+from teaching import autograder, course, similar
 from teaching import make_assignment as ma
 from teaching import runner
 from teaching.runner import HIDDEN, is_hidden, test_name
@@ -171,12 +175,16 @@ def splice(source, submission, parts):
     return texts, refused
 
 
-def make_tree(source, dest, texts):
-    """A fresh copy of the grader's code and tests in dest, with the spliced files."""
+def make_tree(source, dest, texts, tests=True):
+    """A fresh copy of the grader's code (and tests) in dest, with the files of `texts`."""
     for d in ("",) + ma.FOLDERS:
         (dest / d).mkdir(parents=True, exist_ok=True)
         for f in sorted((source / d).glob("*.py")):
             shutil.copy(f, dest / d / f.name)
+    if not tests:
+        for rel, text in texts.items():
+            (dest / rel).write_text(text)
+        return
     shutil.copytree(source / "tests", dest / "tests",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     for rel, text in texts.items():
@@ -265,6 +273,36 @@ def table(results):
     return "\n".join(rows + ([""] + fails if fails else []))
 
 
+def near_copies(source, submission, parts):
+    """results.json entries, for instructors only (`hidden`, 0 of 0 points), for the parts whose
+    submitted body is a near-copy of the reference body (teaching/similar.py), with its
+    similarity. Nothing when the grader has no reference tokens (a student copy)."""
+    try:
+        reference = json.loads((source / similar.FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for part in parts:
+        rel = course.BY_NAME[part].file
+        try:
+            body, _ = submitted_body(find_file(submission, rel).read_text(encoding="utf-8"),
+                                     part, rel)
+        except (OSError, UnicodeDecodeError, AttributeError, Refused):
+            continue
+        ratio = similar.similarity(similar.tokens(body), reference.get(part) or [])
+        if ratio >= similar.NEAR_COPY:
+            n = course.PARTS.index(course.BY_NAME[part]) + 1
+            out.append({
+                "name": f"Part {n}: {course.BY_NAME[part].title} ({part}) - likeness to the "
+                        f"reference body (instructors only)",
+                "number": f"{n}.3", "score": 0.0, "max_score": 0.0, "visibility": "hidden",
+                "output": f"The submitted body is {ratio:.0%} like the reference body once names "
+                          f"and formatting are normalised: a near-copy? Read it. The score is "
+                          f"not changed by this.",
+                "extra_data": {"part": part, "kind": "likeness", "similarity": round(ratio, 3)}})
+    return out
+
+
 # ---------------------------------------------------------------------------- the grader
 
 def load_config(source):
@@ -293,7 +331,7 @@ def write_json(path, data):
 def grade(source, submission, hidden, results_path=None, say=print):
     """Grade `submission` with the grader's own copy `source`; returns results.json's dict
     (and writes it to results_path, first with every part "not graded", then in full). With a
-    results_path (Gradescope) and run as root, the tests run as an ordinary user."""
+    results_path (Gradescope) and run as root, the workers run as an ordinary user."""
     t0 = time.time()
     cfg = load_config(source)
     parts = cfg["parts"]
@@ -307,23 +345,34 @@ def grade(source, submission, hidden, results_path=None, say=print):
         texts, refused = splice(source, submission, parts)
         for p, why in refused.items():
             say(f"  {p}: {why}")
-        tree = work / "tree"
-        make_tree(source, tree, texts)
+        # two copies: the tests and the grader's own files (each graded body as handed out) in
+        # tree, where the tests run; the submitted bodies in code, where the parts' workers run
+        tree, code = work / "tree", work / "code"
+        graded = {course.BY_NAME[p].file for p in parts}
+        make_tree(source, tree, {rel: handout(source, rel, parts) for rel in graded})
+        make_tree(source, code, texts, tests=False)
         user, home = None, None
         if results_path:        # on Gradescope the submission is someone else's code
             user = runner.Unprivileged(os.environ.get(runner.USER_ENV), sys.executable)
             if user.note:
                 say(f"  note: {user.note}")
-            home = user.prepare(work, tree)
+            home = user.prepare(work, code)
+            if user:            # the tests, the hidden ones included: the grader's alone
+                tree.chmod(0o700)
+        if home is None:
+            home = work / "home"
+            home.mkdir()
         results, collected, stopped, seconds = runner.run_parts(
             tree, [p for p in parts if p not in refused], hidden,
             {p: float(cfg["time_limit_s"][p]) for p in parts}, float(cfg["startup_s"]),
-            deadline, say, user=user or None, home=home)
+            deadline, say, user=user or None, home=home, code=code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tests = score_entries(cfg, parts, hidden, results, collected, {**refused, **stopped})
     for t in tests:
         t["extra_data"]["seconds"] = round(seconds.get(t["extra_data"]["part"], 0.0), 2)
+    if results_path:
+        tests += near_copies(source, submission, [p for p in parts if p not in refused])
     out = results_json(tests, time.time() - t0, parts)
     if results_path:
         write_json(results_path, out)

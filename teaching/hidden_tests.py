@@ -27,6 +27,7 @@ from encoder import EncoderConfig, SelfAttention
 from flops import DROPOUT, GELU, LAYER_NORM, SOFTMAX, block_flops
 from objectives import ELECTRA, Masked, corrupt, disc_loss, mask_tokens, mlm_loss, sample
 from optim import AdamWeightDecay
+from teaching import stand_ins
 
 VOCAB = 30522                     # BERT's and ELECTRA's vocabulary: a large one
 
@@ -183,6 +184,14 @@ def test_mask__half_mask_half_random_tokens():
         f"{share:.3f} of rows show [MASK] at all 3 used positions, expected 0.125: a draw per " \
         f"position, not one per row or an exact share of each row"
     assert (shown[shown != MASK] < 400).all(), "random ids should be below n_random"
+    # the same generator seed gives the same mask, random tokens included
+    again = mask_tokens(x[:64], SPECIAL, MASK, 4, replace_prob=0.5, random_prob=0.5,
+                        n_random=400, generator=torch.Generator().manual_seed(53))
+    twice = mask_tokens(x[:64], SPECIAL, MASK, 4, replace_prob=0.5, random_prob=0.5,
+                        n_random=400, generator=torch.Generator().manual_seed(53))
+    assert torch.equal(again.x_masked, twice.x_masked), \
+        "the same generator seed should give the same x_masked, random tokens included: draw " \
+        "them from `generator` too"
 
 
 # ============================================================================ Part 2: sample
@@ -392,7 +401,9 @@ def test_disc_loss__bf16_logits():
 # ============================================================================ Part 6: joint_loss
 
 def joint_rig(monkeypatch, B, T, K, disc_weight, pad_lengths):
-    """A tiny ELECTRA with λ = disc_weight and stand-ins that log what they receive."""
+    """A tiny ELECTRA with λ = disc_weight, a batch, the stand-ins of teaching/stand_ins.py in
+    place; forward()'s (loss, stats) and what it should give, (loss, L_MLM, L_Disc), computed
+    here with the same stand-ins."""
     torch.manual_seed(101)
     V = 120
     cfg = replace(Config(), vocab_size=V, **SIZES["tiny"], fused_mlm=False,
@@ -411,36 +422,25 @@ def joint_rig(monkeypatch, B, T, K, disc_weight, pad_lengths):
         positions[b, :k] = torch.randperm(n, generator=g)[:k]
         weights[b, :k] = 1.0
     masked = Masked(x.scatter(1, positions, V - 1), positions, x.gather(1, positions), weights)
-    x_corrupt = x.clone()
-    x_corrupt[:, -1] = (x[:, -1] + 1) % 100
-    log, seen = {}, {}
-
-    def sample_(logits, generator=None):
-        log["gen_logits"] = logits
-        return logits.detach().argmax(-1)
-
-    def corrupt_(x_, masked_, x_hat):
-        log["corrupt"] = (x_, x_hat)
-        return x_corrupt.clone(), x_corrupt != x_
-
-    def mlm_loss_(logits, targets, weights):
-        return (logits.float() ** 2).mean()
-
-    def disc_loss_(logits, is_replaced, mask=None):
-        mask = torch.ones_like(logits, dtype=torch.bool) if mask is None else mask
-        log["disc"] = (logits, is_replaced, mask)
-        return (logits.float() * mask).sum() / mask.sum()
-    for name, fn in dict(sample=sample_, corrupt=corrupt_, mlm_loss=mlm_loss_,
-                         disc_loss=disc_loss_).items():
+    for name, fn in dict(sample=stand_ins.sample_argmax,
+                         corrupt=stand_ins.corrupt_last_and_first_slot,
+                         mlm_loss=stand_ins.mlm_loss_square,
+                         disc_loss=stand_ins.disc_loss_linear).items():
         monkeypatch.setattr(objectives, name, fn)
-    d_forward = model.discriminator.forward
-
-    def d_reads(x_in, *a, **k):
-        seen["x"] = x_in
-        return d_forward(x_in, *a, **k)
-    monkeypatch.setattr(model.discriminator, "forward", d_reads)
     loss, stats = model(x, masked, pad_mask=pad_mask)
-    return model, x, pad_mask, x_corrupt, loss, stats, log, seen
+    inp = dict(pad_mask=pad_mask, segment_ids=None)
+    want_mlm, x_hat, _ = model.generate(masked, **inp)
+    with torch.no_grad():
+        x_corrupt, is_replaced = objectives.corrupt(x, masked, x_hat)
+    want_disc, _, _ = model.discriminate(x, x_corrupt, is_replaced, masked,
+                                         objectives.real_tokens(x, pad_mask), **inp)
+    want = (want_mlm + disc_weight * want_disc, want_mlm, want_disc)
+    return model, x, pad_mask, masked, loss, stats, want
+
+
+def grads_of(loss, weights):
+    got = torch.autograd.grad(loss, weights, allow_unused=True, retain_graph=True)
+    return [torch.zeros_like(w) if g is None else g for g, w in zip(got, weights)]
 
 
 @pytest.mark.parametrize("B, T, K, disc_weight, pad_lengths", [
@@ -450,34 +450,31 @@ def joint_rig(monkeypatch, B, T, K, disc_weight, pad_lengths):
 ], ids=["batch1", "padded", "no_pad_mask"])
 def test_joint_loss__value_inputs_and_scored_tokens(monkeypatch, stand_in_attention,
                                                     B, T, K, disc_weight, pad_lengths):
-    model, x, pad_mask, x_corrupt, loss, stats, log, seen = joint_rig(
+    model, x, pad_mask, masked, loss, stats, want = joint_rig(
         monkeypatch, B, T, K, disc_weight, pad_lengths)
-    d_logits, is_replaced, mask = log["disc"]
-    expect_mlm = (log["gen_logits"].float() ** 2).mean()
-    expect_disc = (d_logits.float() * mask).sum() / mask.sum()
-    assert loss.item() == pytest.approx((expect_mlm + disc_weight * expect_disc).item(),
-                                        rel=1e-5), f"loss should be L_MLM + {disc_weight} L_Disc"
-    assert stats["mlm_loss"].item() == pytest.approx(expect_mlm.item(), rel=1e-5)
-    assert stats["disc_loss"].item() == pytest.approx(expect_disc.item(), rel=1e-5)
-    assert torch.equal(seen["x"], x_corrupt), "D should read x_corrupt"
-    assert torch.equal(is_replaced, x_corrupt != x), "L_Disc's labels should be corrupt's"
-    want = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
-    assert torch.equal(mask.bool(), want), "L_Disc should score every real token"
+    assert stats["mlm_loss"].item() == pytest.approx(want[1].item(), rel=1e-5)
+    assert stats["disc_loss"].item() == pytest.approx(want[2].item(), rel=1e-5), \
+        "L_Disc should score every real token of x_corrupt, with corrupt's labels"
+    assert loss.item() == pytest.approx(want[0].item(), rel=1e-5), \
+        f"loss should be L_MLM + {disc_weight} L_Disc"
+    # every real token scored: the stand-in whose value names them
+    monkeypatch.setattr(objectives, "disc_loss", stand_ins.disc_loss_scored)
+    _, scored = model(x, masked, pad_mask=pad_mask)
+    real = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask
+    assert torch.equal(stand_ins.scored_of(scored["disc_loss"].item(), B, T), real), \
+        "L_Disc should score every real token"
     # loss is what the trainer back-propagates: L_MLM's gradient in G, λ L_Disc's in D
-    for net, part, scale in ((model.discriminator, "disc_loss", disc_weight),
-                             (model.generator, "mlm_loss", 1.0)):
+    for net, name in ((model.discriminator, "D"), (model.generator, "G")):
         weights = [p for n, p in net.named_parameters() if not n.startswith("embeddings")]
-        got = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
-        want = torch.autograd.grad(stats[part], weights, retain_graph=True, allow_unused=True)
-        assert all(g is not None and torch.allclose(g, scale * w, rtol=1e-4, atol=1e-6)
-                   for g, w in zip(got, want) if w is not None), \
-            f"the gradient of loss in {'D' if part == 'disc_loss' else 'G'} should be " \
-            f"{'' if scale == 1 else f'{scale:g} times '}{part}'s: is a term detached?"
+        got, exp = grads_of(loss, weights), grads_of(want[0], weights)
+        assert all(torch.allclose(g, w, rtol=1e-4, atol=1e-6) for g, w in zip(got, exp)), \
+            f"the gradient of loss in {name} should be " \
+            f"{'L_MLM' if name == 'G' else f'{disc_weight:g} times L_Disc'}'s: is a term detached?"
 
 
 def test_joint_loss__no_gradient_from_l_disc_into_g_at_batch_one(monkeypatch,
                                                                stand_in_attention):
-    model, _, _, _, _, stats, _, _ = joint_rig(monkeypatch, 1, 8, 2, 50.0, [8])
+    model, _, _, _, _, stats, _ = joint_rig(monkeypatch, 1, 8, 2, 50.0, [8])
     gen_only = [p for n, p in model.generator.named_parameters() if not n.startswith("embeddings")]
     grads = torch.autograd.grad(stats["disc_loss"], gen_only, allow_unused=True)
     assert all(g is None or g.abs().sum() == 0 for g in grads), "L_Disc reached G's weights"
@@ -637,13 +634,12 @@ def test_layer_decay__other_depths(layers, rule):
 def electra15_scored(monkeypatch, x, positions, weights, pad_mask):
     torch.manual_seed(131)
     model = ELECTRA15(replace(Config(), vocab_size=100, objective="electra15", **SIZES["tiny"]))
-    got = {}
-    monkeypatch.setattr(objectives, "disc_loss",
-                        lambda logits, rep, mask=None: got.setdefault("mask", mask).float().sum())
+    monkeypatch.setattr(objectives, "disc_loss", stand_ins.disc_loss_scored)
     masked = Masked(x.scatter(1, positions, 99), positions, x.gather(1, positions), weights)
     scored = torch.ones_like(x, dtype=torch.bool) if pad_mask is None else pad_mask.clone()
-    model.discriminate(x, x, torch.zeros_like(x, dtype=torch.bool), masked, scored, pad_mask)
-    return got["mask"].bool()
+    loss, _, _ = model.discriminate(x, x, torch.zeros_like(x, dtype=torch.bool), masked, scored,
+                                    pad_mask)
+    return stand_ins.scored_of(loss.item(), *x.shape)
 
 
 def test_electra15__batch_one_every_slot_used(monkeypatch, stand_in_attention):

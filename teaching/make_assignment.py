@@ -42,7 +42,7 @@ if not __package__:   # run as a path (python teaching/make_assignment.py): impo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machinery import cli
-from teaching import autograder
+from teaching import autograder, similar
 from teaching.course import (BUDGET_S, BY_NAME, DEFAULT_SHOWN, HIDDEN_SHARE, PARTS, POINTS,
                              SHOWN, STARTUP_S, TIME_LIMIT_S)
 
@@ -129,6 +129,12 @@ def reference_body(part):
     text = (ROOT / BY_NAME[part].file).read_text()
     begin, end, indent = regions(text)[part]
     return [l[len(indent):] for l in text.splitlines()[begin + 1:end]]
+
+
+def reference_tokens(parts):
+    """tests/hidden/reference.json of an autograder: each part's reference body as the tokens
+    teaching/similar.py compares (never in a student copy)."""
+    return json.dumps({p: similar.tokens(reference_body(p)) for p in parts}).encode()
 
 
 def stub(part):
@@ -359,7 +365,8 @@ def main(argv=None):
         make_copy(args.out, parts, points, args.shown)
         if target:
             try:
-                autograder.write_zip(Path(args.out), target, ROOT / HIDDEN_TESTS, FOLDERS)
+                autograder.write_zip(Path(args.out), target, ROOT / HIDDEN_TESTS, FOLDERS,
+                                     {similar.FILE: reference_tokens(parts)})
             except OSError as e:
                 shutil.rmtree(args.out, ignore_errors=True)      # all or nothing
                 raise AssignmentError(f"--autograder {args.autograder}: cannot write it "

@@ -1,13 +1,15 @@
 """Teaching: the pytest plugin in the tests' process, which reports each test back to the
 grader (teaching/runner.py starts `python -m pytest -p teaching.plugin ...`).
 
-Silent unless the grader named a log in $ELECTRA_GRADE_LOG (runner.LOG_ENV): then it writes one
-JSON line per event - collected, a collection error, started, done with a failed test's one-line
-message (the assertion's message or the exception, never a traceback; an exception raised in a
-part's body says where) - drops what each test printed once it is done, puts back what one
-part's code may change for the tests after it, and after a part's last test ends the process
-when that code left processes or threads running or replaced a function the tests use, so
-that the grader starts a fresh one for the parts after it.
+Silent unless the grader named a log in $ELECTRA_GRADE_LOG (runner.LOG_ENV): then it replaces
+every graded function by a stub that calls the part's worker (teaching/remote.py: the submitted
+code runs there, never here), and writes one JSON line per event - collected, a collection
+error, started, done with a failed test's one-line message (the assertion's message or the
+exception, never a traceback; an exception raised in a part's body says where) - drops what
+each test printed once it is done, puts back what a test may change for the tests after it,
+and after a part's last test asks its worker whether the part's code left processes or threads
+running or replaced a function its calls use (the part then gets 0 with one line), and stops
+that worker.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast
@@ -19,12 +21,9 @@ import time
 from pathlib import Path
 
 from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, part_of
-from teaching.strays import stop_strays
 
 _LOG = os.environ.get(LOG_ENV)
 _FAILED = {}
-_BEFORE = {}                  # what the first test found: threads, guarded names (_left_behind)
-GRADED_MODULES = ("objectives", "encoder", "optim", "ablations", "flops", "finetune_glue")
 
 
 def _emit(record):
@@ -129,65 +128,26 @@ if _LOG:
         torch.set_num_threads(threads)
 
 
-def _guarded():
-    """{name: object} of what the tests rely on and a part's code must leave alone: the
-    functions and classes of torch, torch.nn.functional, Tensor, Module, torch.testing, math,
-    builtins, pytest, the graded modules and this plugin (what a part's code replaced there
-    would change the tests of the parts after it, or fake their reports)."""
-    import builtins
-    import math
-    import torch
-    import torch.nn.functional
-    import torch.testing
-    spaces = {"torch": torch, "torch.nn.functional": torch.nn.functional,
-              "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
-              "torch.testing": torch.testing, "math": math, "builtins": builtins,
-              "pytest": sys.modules.get("pytest"), "teaching.plugin": sys.modules[__name__],
-              "teaching.runner": sys.modules.get("teaching.runner"),
-              "teaching.strays": sys.modules.get("teaching.strays"),
-              **{m: sys.modules.get(m) for m in GRADED_MODULES}}
-    return {f"{where}.{name}": _unwrap(value) for where, space in spaces.items()
-            if space is not None for name, value in list(vars(space).items())
-            if callable(value) and not (name.startswith("__") and name.endswith("__"))}
+def pytest_configure(config):
+    """The graded functions replaced by stubs that call the part's worker, before any test
+    module imports them."""
+    if _LOG and os.environ.get(remote_env()):
+        from teaching import remote
+        remote.install(os.environ.get(remote.PARTS_ENV, "").split(","))
 
 
-def _unwrap(f):
-    """The function under its decorators: torch wraps some of its own when a submodule is first
-    imported (torch._dynamo wraps torch.manual_seed), which is no change."""
-    import inspect
-    try:
-        return inspect.unwrap(f)
-    except ValueError:
-        return f
+def remote_env():
+    from teaching.worker import TREE_ENV
+    return TREE_ENV
 
 
-def _left_behind():
-    """Why the part whose tests just ended left the process unfit for the next part's tests
-    (None when it did not): processes or threads its code started that still run, or a name
-    of _guarded() it replaced."""
-    import threading
-    threads = [t for t in threading.enumerate() if t not in _BEFORE["threads"]]
-    now = _guarded()
-    changed = [n for n, v in _BEFORE["guarded"].items() if now.get(n) is not v]
-    if changed:
-        return (f"its code changed {changed[0]}"
-                + (f" and {len(changed) - 1} more" if len(changed) > 1 else "")
-                + ", which the tests use: a part's code must not change torch, pytest or the "
-                  "grader")
-    running = stop_strays(keep=set())        # this process's children are the part's code's
-    if running or threads:
-        what = (f"{running} process(es)" if running else "") + \
-            (" and " if running and threads else "") + \
-            (f"{len(threads)} thread(s)" if threads else "")
-        return (f"its code left {what} running after its tests (the grader stopped them): a "
-                f"part's code must not start processes or threads that outlive it")
-    return None
+def pytest_unconfigure(config):
+    if "teaching.remote" in sys.modules:
+        sys.modules["teaching.remote"].stop(template=True)
 
 
 def pytest_collection_finish(session):
     if _LOG:
-        import threading
-        _BEFORE.update(threads=set(threading.enumerate()), guarded=_guarded())
         _emit({"collected": [item.nodeid for item in session.items]})
 
 
@@ -198,6 +158,8 @@ def pytest_collectreport(report):
 
 def pytest_runtest_logstart(nodeid, location):
     if _LOG:
+        if "teaching.remote" in sys.modules:
+            sys.modules["teaching.remote"].use(part_of(nodeid))
         _emit({"start": nodeid, "t": time.time()})
 
 
@@ -220,8 +182,9 @@ if _LOG:
         """A failure raised inside a part's body (not by a test's own assertion) keeps where."""
         outcome = yield
         if call.excinfo is not None:
-            try:
-                where = _where(call.excinfo.traceback)
+            try:          # raised in the worker (teaching/remote.py says where), or here
+                where = str(getattr(call.excinfo.value, "raised_in_body", "") or "") or \
+                    _where(call.excinfo.traceback)
             except Exception:                  # never let the location cost the report
                 where = ""
             if where:
@@ -229,9 +192,9 @@ if _LOG:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        """After a part's last test: a part that left processes or threads running, or changed
-        what the tests rely on, gets 0 with one line, and this process ends so that the grader
-        starts a fresh one for the parts after it."""
+        """After a part's last test: a part whose code left processes or threads running in its
+        worker, or changed what its worker's calls rely on, gets 0 with one line; its worker
+        stops either way (teaching/remote.py), and the next part's tests start a fresh one."""
         yield
         # pytest keeps each test's captured output with its item for the whole run: a part whose
         # every test printed MAX_OUTPUT would leave the parts after it short of memory
@@ -241,7 +204,7 @@ if _LOG:
         part = part_of(item.nodeid)
         if nextitem is not None and part_of(nextitem.nodeid) == part:
             return
-        why = _left_behind() if _BEFORE else None
-        if why:
-            _emit({"left": part, "why": why, "restart": nextitem is not None})
-            os._exit(0)
+        if "teaching.remote" in sys.modules:
+            why = sys.modules["teaching.remote"].finish()
+            if why:
+                _emit({"left": part, "why": why, "restart": False})

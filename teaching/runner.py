@@ -5,9 +5,11 @@ what the plugin's hooks (teaching/plugin.py) write, one JSON line per event (col
 done, with a failed test's one-line message), to a log it names in $ELECTRA_GRADE_LOG. The grader watches the log:
 a part whose tests run past its time limit, or a process that crashes (a segfault, os._exit, out
 of memory), is stopped and given one line saying why, and a new process starts for the parts
-left. Every file the tests write is capped (MAX_OUTPUT), so a part that prints without end fails
-with one line. Run as root, as on Gradescope, the grader runs this process as an ordinary user
-(Unprivileged): the submitted code runs here, and nowhere else.
+left. Every file the tests write is capped (MAX_OUTPUT), the workers' output too. The submitted
+code never runs in the tests' process: the plugin calls it in a worker process per part
+(teaching/remote.py, teaching/worker.py), in a copy of the project that holds no test, as an
+ordinary user (Unprivileged) when the grader runs as root; the tests and their verdicts stay
+here, run as the grader's user.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 from teaching import autograder
+from teaching import worker as remote     # the names of the worker's settings
 from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 
 HIDDEN = Path(autograder.HIDDEN)            # where the autograder puts the hidden tests
@@ -99,17 +102,17 @@ def limit_output():
 
 
 class Unprivileged:
-    """Who runs the tests when the grader runs as root (Gradescope runs everything as root).
+    """Who runs the submitted code's workers when the grader runs as root (Gradescope runs
+    everything as root).
 
-    The submitted code runs inside the tests' process; as root it could rewrite the grader's
-    files, signal the grader, or leave a process behind that writes results.json after the
-    grader has finished. So the grader runs that process as an ordinary user - $ELECTRA_GRADE_USER,
-    else `electra-student` (setup.sh creates it), else `nobody` - which can read the grading
-    tree but write only its own log, its home and /tmp. What it cannot stop: code in the tests'
-    process can still read the tests it runs beside and fake their reports (instructor-notes.md
-    says so). Not root (a student's own machine): the tests run as the grader's user. Given
-    `python`, a user who cannot start it (a Python under a private /root) is not taken, and
-    `note` says why the tests run as root."""
+    As root a worker could read the tests (the hidden ones included), rewrite the grader's files,
+    signal the grader, or leave a process behind that writes results.json after the grader has
+    finished. So the grader runs the workers as an ordinary user - $ELECTRA_GRADE_USER, else
+    `electra-student` (setup.sh creates it), else `nobody` - which can read the workers' copy of
+    the project but write only its home and /tmp; the tests' folder is then the grader's alone.
+    Not root (a student's own machine): the workers run as the grader's user. Given `python`, a
+    user who cannot start it (a Python under a private /root) is not taken, and `note` says why
+    the workers run as root."""
 
     def __init__(self, user=None, python=None):
         self.uid = self.gid = None
@@ -124,9 +127,9 @@ class Unprivileged:
             self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
             if python and not self.can_run(python):
                 self.uid = None
-                self.note = f"the tests run as root: user {name} cannot run {python}"
+                self.note = f"the submitted code runs as root: user {name} cannot run {python}"
             return
-        self.note = "the tests run as root: no user " + " or ".join(USERS) + " to run them as"
+        self.note = "the submitted code runs as root: no user " + " or ".join(USERS) + " to run it as"
 
     def __bool__(self):
         return self.uid is not None
@@ -147,7 +150,7 @@ class Unprivileged:
             return False
 
     def prepare(self, work, tree):
-        """The grading folder readable, never writable, by the user; a home it owns."""
+        """The workers' copy readable, never writable, by the user; a home it owns."""
         if not self:
             return None
         for d in [work, *[p for p in tree.rglob("*") if p.is_dir()], tree]:
@@ -162,7 +165,8 @@ class Unprivileged:
 
 
 def child_setup(user):
-    """What the tests' process does before it starts: the output cap, then the user."""
+    """What a child of the grader does before it starts: the output cap, then the user (the
+    tests' process: none)."""
     def setup():
         limit_output()
         if user:
@@ -196,11 +200,12 @@ def stopped_because(rc, test, out, reason=None):
 
 
 def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=None,
-              home=None):
+              home=None, code=None):
     """Run the parts' tests in as few pytest processes as possible. Returns {nodeid: (passed,
     message)} for every test that finished, {part: [nodeids]} as collected, {part: reason} for
     the parts stopped (time limit, crash, time budget) and {part: seconds its tests took}.
-    `user` (an Unprivileged), when set, runs the tests; `home` is then their HOME."""
+    `code` is the copy with the submitted bodies, in which the parts' workers run (as `user`, an
+    Unprivileged, when set, with `home` their HOME); the tests run in `tree`, as the grader."""
     results, collected, stopped, seconds = {}, {}, {}, {}
     pending, attempt = list(parts), 0
     own = set(children(os.getpid()))          # the grader's own children: never stopped
@@ -208,12 +213,12 @@ def run_parts(tree, parts, hidden, limits, startup_s, deadline, say=print, user=
         while pending:
             attempt += 1
             pending = _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user,
-                                home, own, attempt, results, collected, stopped, seconds)
+                                home, code, own, attempt, results, collected, stopped, seconds)
     return results, collected, stopped, seconds
 
 
-def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, home, own, attempt,
-          results, collected, stopped, seconds):
+def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, home, code, own,
+              attempt, results, collected, stopped, seconds):
     """One pytest process for the parts `pending` (filling in the dicts of run_parts); returns
     the parts left for the next one."""
     log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
@@ -225,15 +230,15 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
     # stays with the process): one part's tests do not leave the next short of memory
     env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MALLOC_MMAP_THRESHOLD_=str(2 ** 20))
-    if home:
-        env["HOME"] = str(home)
-    log.touch()                           # the one file in the tree the tests may write
+    env[remote.TREE_ENV] = str(code or tree)
+    env[remote.PARTS_ENV] = ",".join(pending)
+    env[remote.HOME_ENV] = str(home or code or tree)
     if user:
-        os.chown(log, user.uid, user.gid)
+        env[remote.USER_ENV] = f"{user.uid}:{user.gid}"
     with open(out, "wb") as f:
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=child_setup(user))
+                                preexec_fn=child_setup(None))
     reader, started = Log(log), time.time()
     current, current_t, used = None, None, {p: 0.0 for p in pending}
     ran_any, killed, rc, this_run, done_t = False, None, None, [], None

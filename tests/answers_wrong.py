@@ -235,6 +235,11 @@ WRONG = [{
     # [MASK] or kept drawn once per row, not per position: a row's chosen tokens all [MASK] or
     # all kept (the share of [MASK] is still 85 %: only the rows tell)
     "mask": ("u = torch.rand(B, n_slots,", "u = torch.rand(B, 1,"),
+}, {
+    # the random tokens (random_prob > 0) drawn without `generator`: a seed no longer gives the
+    # same mask
+    "mask": ("rnd = torch.randint(0, n_random, (B, n_slots), generator=generator,",
+             "rnd = torch.randint(0, n_random, (B, n_slots),"),
 }]
 
 # Plausible wrong answers that only the hidden tests catch: the edge cases the public tests

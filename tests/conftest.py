@@ -148,10 +148,7 @@ def stand_in_attention(monkeypatch):
     replaced by a stand-in in which every position attends only to itself, so that a part which
     runs a network (the joint loss, ELECTRA 15%) is graded while attention is still blank."""
     import encoder
-
-    def attend_to_self(self, h, attn_mask=None):
-        H = h.shape[-1]
-        return self.out(self.qkv(h)[..., 2 * H:])              # the value vector, projected
+    from teaching.stand_ins import attend_to_self      # (the grader's worker uses it too)
     monkeypatch.setattr(encoder.SelfAttention, "forward", attend_to_self)
 
 

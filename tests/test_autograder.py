@@ -19,7 +19,7 @@ import pytest
 
 from conftest import HANG
 
-from teaching import autograder, course, grade, plugin, runner
+from teaching import autograder, course, grade, plugin, runner, similar
 from teaching import make_assignment as ma
 from answers_wrong import WRONG, wrong_answers
 from test_assignments import HIDDEN, KEPT, fill, key_lines
@@ -50,11 +50,20 @@ def check_results(r):
         assert 0 <= t["score"] <= t["max_score"], t
         assert t["visibility"] in VISIBILITY
         x = t["extra_data"]
+        if x["kind"] == "likeness":     # a near-copy of the reference: instructors only, 0 of 0
+            assert t["visibility"] == "hidden" and t["score"] == t["max_score"] == 0, t
+            continue
         assert t["visibility"] == ("visible" if x["kind"] == "public" else "after_due_date")
         entries[x["part"], x["kind"]] = t
     assert r["score"] == pytest.approx(sum(t["score"] for t in r["tests"]), abs=1e-6)
     json.dumps(r)                                    # plain JSON all the way down
     return entries
+
+
+def likeness(r):
+    """{part: similarity} of results.json's near-copy entries (instructors only)."""
+    return {t["extra_data"]["part"]: t["extra_data"]["similarity"] for t in r["tests"]
+            if t["extra_data"]["kind"] == "likeness"}
 
 
 def run(built, tmp_path, submission, **config):
@@ -71,6 +80,13 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
         setup = zf.read("setup.sh").decode()
         run_script = zf.read("run_autograder").decode()
         texts = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+    # the versions the pack was checked with: these tests run on them
+    import numpy
+    import torch
+    assert f'"torch=={autograder.CHECKED["torch"]}"' in setup
+    assert torch.__version__.split("+")[0] == autograder.CHECKED["torch"]
+    assert numpy.__version__ == autograder.CHECKED["numpy"] and f"numpy=={numpy.__version__}" in setup
+    assert pytest.__version__ == autograder.CHECKED["pytest"]
     # PyTorch's CPU index unless TORCH_INDEX_URL names another (a build where it is unreachable)
     assert '--index-url "$TORCH_INDEX_URL"' in setup and setup.count("--index-url") == 1
     line = next(x for x in setup.splitlines() if x.startswith("TORCH_INDEX_URL="))
@@ -97,8 +113,11 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
             assert not hits, (part, line, hits)
     # the student copy has no hidden test; the zip is the same bytes when built again
     assert not (built / "hw" / ma.HIDDEN_TESTS).exists() and not (built / "hw" / HIDDEN).exists()
-    autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS)
+    autograder.write_zip(built / "hw", built / "again.zip", ROOT / ma.HIDDEN_TESTS, ma.FOLDERS,
+                         {similar.FILE: ma.reference_tokens(ALL)})
     assert (built / "again.zip").read_bytes() == (built / "autograder.zip").read_bytes()
+    # the reference bodies as tokens, for the likeness entry: beside the hidden tests only
+    assert f"project/{similar.FILE}" in names and not (built / "hw" / similar.FILE).exists()
 
 
 # Gradescope's image (Ubuntu 22.04) runs Python 3.10: what the zip and the handout hold must
@@ -204,13 +223,17 @@ def test_the_reference_gets_full_marks(built, tmp_path):
     # the points of make_assignment.POINTS, half to the hidden tests
     assert r["score"] == sum(course.POINTS.values()) == 100
     assert entries["mask", "hidden"]["max_score"] == course.POINTS["mask"] * course.HIDDEN_SHARE
+    # the reference's bodies are the reference: each part listed for instructors, 100 % alike
+    assert likeness(r) == {p: 1.0 for p in ALL}
     assert all(entries[p, "hidden"]["extra_data"]["tests"] >= 2 for p in ALL)
 
 
 def test_a_blank_copy_gets_0_on_its_blank_parts_and_full_marks_elsewhere(built, tmp_path):
     copy = tmp_path / "half"
     ma.make_copy(copy, HALF)
-    entries = check_results(run(built, tmp_path, copy))
+    r = run(built, tmp_path, copy)
+    entries = check_results(r)
+    assert sorted(likeness(r)) == sorted(p for p in ALL if p not in HALF)   # blanks: not alike
     for (part, kind), t in entries.items():
         if part in HALF:
             assert t["score"] == 0 and "not written yet" in t["output"], (part, kind)
@@ -531,33 +554,35 @@ def test_what_a_test_printed_is_not_kept_for_the_parts_after_it(tmp_path):
     assert done["test_x.py::test_nothing_kept"]["passed"], done["test_x.py::test_nothing_kept"]
 
 
-# Run as root, as on Gradescope, the grader runs the tests' process as an ordinary user.
+# Run as root, as on Gradescope, the grader runs the submitted code's workers as an ordinary user.
 as_root = pytest.mark.skipif(os.geteuid() != 0 or not runner.Unprivileged(),
                              reason="the grader changes user only when it runs as root")
 
 
 @as_root
-def test_as_root_the_tests_run_as_a_user_who_can_read_the_tree_and_write_only_its_log():
+def test_as_root_the_workers_run_as_a_user_who_reads_their_copy_and_writes_only_home():
+    """The layout grade.py makes: the workers' copy (code) readable, the tests' copy (tree, the
+    hidden tests in it) the grader's alone, the results root's."""
     user = runner.Unprivileged()
     work = Path(tempfile.mkdtemp(prefix="electra-grade-test-"))   # as the grader's, in /tmp
     results = work / "results"                                   # root's, as on Gradescope
-    (work / "tree" / "tests").mkdir(parents=True)
+    (work / "code").mkdir()
+    (work / "tree" / "tests" / "hidden").mkdir(parents=True)
     results.mkdir(mode=0o755)
-    (work / "tree" / "tests" / "test_x.py").write_text("x = 1\n")
-    log = work / "tree" / ".grade-1.jsonl"
-    home = user.prepare(work, work / "tree")
-    log.touch()
-    os.chown(log, user.uid, user.gid)
-    script = ("id -u; cat tests/test_x.py; echo ok >> .grade-1.jsonl && echo log; "
-              f"echo x >> tests/test_x.py || echo tree refused; "
+    (work / "code" / "x.py").write_text("x = 1\n")
+    (work / "tree" / "tests" / "hidden" / "test_hidden.py").write_text("secret\n")
+    home = user.prepare(work, work / "code")
+    (work / "tree").chmod(0o700)
+    script = ("id -u; cat x.py; cat ../tree/tests/hidden/test_hidden.py || echo hidden refused; "
+              "echo x >> x.py || echo code refused; "
               f"echo x > {results}/results.json || echo results refused; "
               f"kill -0 {os.getpid()} || echo grader refused; echo x > $HOME/h && echo home")
-    out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "tree", capture_output=True,
+    out = subprocess.run(["/bin/sh", "-c", script], cwd=work / "code", capture_output=True,
                          text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                          preexec_fn=runner.child_setup(user), timeout=HANG).stdout.split()
-    assert out == [str(user.uid), "x", "=", "1", "log", "tree", "refused", "results", "refused",
-                   "grader", "refused", "home"]
-    assert (work / "tree" / "tests" / "test_x.py").read_text() == "x = 1\n"
+    assert out == [str(user.uid), "x", "=", "1", "hidden", "refused", "code", "refused",
+                   "results", "refused", "grader", "refused", "home"]
+    assert (work / "code" / "x.py").read_text() == "x = 1\n"
     shutil.rmtree(work)
 
 
@@ -586,3 +611,135 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     assert r["score"] == 100, r["score"]
     assert entries["mask", "public"]["score"] == entries["mask", "public"]["max_score"]
     assert json.loads((root / "source/project/tests/grading.json").read_text())["parts"]
+
+
+# Hostile bodies, one part each: each does its attack, then raises as a blank body does, so that
+# its honest work earns 0. The tests run in a process that never runs the submitted code (its
+# worker does), so none may earn a point; the three parts left as the reference keep theirs.
+ATTACKS = {
+    # pytest's reports and hooks rewritten, as a student who knows pytest would
+    "mask": ["import gc, sys",
+             "for _o in gc.get_objects():",
+             "    if type(_o).__name__ in ('TestReport', 'CallInfo'):",
+             "        _o.outcome, _o.excinfo = 'passed', None",
+             "try:",
+             "    import _pytest.runner as _r",
+             "    _r.call_and_report = lambda item, when, log=True, **k: None",
+             "    _r.check_interactive_exception = lambda *a: False",
+             "except Exception:",
+             "    pass",
+             "raise NotImplementedError"],
+    # torch's comparison functions patched to say yes
+    "sample": ["torch.allclose = lambda *a, **k: True",
+               "torch.equal = lambda *a, **k: True",
+               "torch.Tensor.__eq__ = lambda *a, **k: True",
+               "raise NotImplementedError"],
+    # the hidden tests' file read, wherever it may be
+    "corrupt": ["import glob, os",
+                "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                "for _p in glob.glob('/tmp/electra-grade-*/tree/tests/hidden/*.py') + "
+                "glob.glob(_root + '/source/project/tests/hidden/*.py'):",
+                "    try:",
+                "        print(open(_p).read()[:100])",
+                "    except OSError:",
+                "        pass",
+                "raise NotImplementedError"],
+    # the garbage collector walked for the tests' objects and expected values
+    "mlm_loss": ["import gc",
+                 "_found = [o for o in gc.get_objects() if isinstance(o, dict) and "
+                 "('expect' in o or 'want' in o)]",
+                 "raise NotImplementedError"],
+    # results.json written with full marks
+    "disc_loss": ["import os",
+                  "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                  "try:",
+                  "    open(_root + '/results/results.json', 'w').write('{\"score\": 100, "
+                  "\"tests\": []}')",
+                  "except OSError:",
+                  "    pass",
+                  "raise NotImplementedError"],
+    # the grader's tests' process killed (found by its command line)
+    "flops": ["import os, signal",
+                   "for _pid in os.listdir('/proc'):",
+                   "    try:",
+                   "        _cmd = open(f'/proc/{_pid}/cmdline', 'rb').read()",
+                   "        if b'teaching.plugin' in _cmd:",
+                   "            os.kill(int(_pid), signal.SIGKILL)",
+                   "    except (OSError, ValueError):",
+                   "        pass",
+                   "raise NotImplementedError"],
+    # os._exit with a success code
+    "attention": ["import os", "os._exit(0)"],
+    # a flood of output
+    "adam": ["import os, sys",
+             "for _ in range(40):",
+             "    try:",
+             "        os.write(1, b'x' * 2 ** 20)",
+             "        sys.stderr.write('y' * 2 ** 20)",
+             "    except OSError:",
+             "        pass",
+             "raise NotImplementedError"],
+}
+
+
+# A worker that lies about gradients: L_Disc detached from `loss` (a planted wrong answer), and
+# the worker's backward replaced by one that answers made-up gradients (ones). The values are
+# right, so the value tests pass; no gradient test may.
+LYING_GRADIENTS = [
+    "import sys as _sys",
+    "def _lie(self, msg):",
+    "    return {'grads': [torch.ones_like(t) for t in self.graphs[msg['call']][1]]}",
+    "_sys.modules['__main__'].Worker.backward = _lie",
+    *[line.replace("self.disc_weight * loss_disc", "self.disc_weight * loss_disc.detach()")
+      for line in ma.reference_body("joint_loss")]]
+
+
+def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
+    """One submission, eight attacks in eight parts, a worker lying about gradients in a ninth,
+    the reference in the other two: the attacked parts get 0 in their public and hidden tests,
+    the liar only its value tests, the others full marks, and the score is theirs alone
+    (results.json written by the grader after the attack that wrote it)."""
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {course.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, body in {**ATTACKS, "joint_loss": LYING_GRADIENTS}.items():
+        fill(sub, part, body)
+    r = run(built, tmp_path, sub)
+    entries = check_results(r)
+    for (part, kind), t in entries.items():
+        if part in ATTACKS:
+            assert t["score"] == 0 and t["output"].count("\n") == 0, (part, kind, t["output"])
+        elif part != "joint_loss":
+            assert t["score"] == t["max_score"], (part, kind, t["output"])
+    liar = entries["joint_loss", "public"]
+    assert liar["extra_data"]["passed"] == 3 and liar["extra_data"]["tests"] == 5, liar["output"]
+    assert "- the loss trains both networks:" in liar["output"] and \
+        "- no gradient from l disc into the generator:" in liar["output"], liar["output"]
+    assert entries["joint_loss", "hidden"]["score"] == 0, entries["joint_loss", "hidden"]["output"]
+    assert r["score"] == pytest.approx(liar["score"] + sum(
+        course.POINTS[p] for p in ALL if p not in ATTACKS and p != "joint_loss"))
+    assert "not written yet" in entries["mask", "public"]["output"]
+    assert "exit status 0" in entries["attention", "public"]["output"]
+    assert left_running(tmp_path / "autograder") == []
+
+
+def test_likeness_to_the_reference_ignores_names_and_formatting():
+    """A reference body with its variables renamed, its comments gone and its lines rewrapped is
+    still 100 % alike; another correct answer is not a near-copy; a blank body is nothing."""
+    from answers_correct import ALTERNATIVES, body_of
+    from teaching import similar
+    ref = ma.reference_body("attention")
+    text = "\n".join(l for l in ref if not l.strip().startswith("#"))
+    for old, new in (("q, k, v", "query, key, value"), ("a = ", "attended = "),
+                     ("(a.", "(attended."), ("B, T, H", "batch, length, width"),
+                     ("(B, T, H)", "(batch, length, width)"), ("(B, T, 3", "(batch, length, 3"),
+                     ("H // self", "width // self")):
+        text = text.replace(old, new)
+    renamed = text.replace("attn_mask=attn_mask,\n", "attn_mask=attn_mask,").splitlines()
+    assert renamed != ref
+    want = similar.tokens(ref)
+    assert similar.similarity(similar.tokens(renamed), want) == 1.0
+    assert similar.similarity(similar.tokens(body_of(ALTERNATIVES[0]["attention"])), want) < \
+        similar.NEAR_COPY
+    assert similar.similarity(similar.tokens(ma.stub("attention")), want) < 0.1

@@ -1,10 +1,13 @@
 """Part 6, joint_loss (objectives.ELECTRA.forward): L_MLM + λ L_Disc with λ = 50, §2.
 
-The other parts forward() relies on - sampling, corruption, L_MLM, L_Disc, attention - are replaced here by
-stand-ins that record what they receive, so this file grades the wiring alone: the value of the
-sum (computed independently from the logits both networks produced) and its gradient (L_MLM's
-into G, λ L_Disc's into D: nothing detached), that D reads x_corrupt, that L_Disc scores every
-real token, and that L_Disc sends no gradient into G."""
+The other parts forward() relies on - sampling, corruption, L_MLM, L_Disc, attention - are replaced
+here by the stand-ins of teaching/stand_ins.py, so this file grades the wiring alone. The test
+computes what forward() should give with the same model, batch and stand-ins - G's L_MLM and
+samples, x_corrupt from them without gradient, D on x_corrupt with L_Disc over every real token,
+loss = L_MLM + λ L_Disc - and compares the value of each loss and its gradient in every weight of
+both networks (L_MLM's in G, λ L_Disc's in D: nothing detached, no L_Disc in G). Each stand-in's
+value depends on what it is given, so D reading x or x_masked, other labels or other scored
+tokens change the numbers."""
 from dataclasses import replace
 
 import pytest
@@ -12,14 +15,26 @@ import torch
 
 import objectives
 from config import SIZES, Config
-from objectives import ELECTRA, Masked
+from objectives import ELECTRA, Masked, real_tokens
+from teaching import stand_ins
 
 V = 100
 
 
+def expected(model, x, masked, pad_mask):
+    """What forward() should compute, the stand-ins being in place: (loss, L_MLM, L_Disc)."""
+    inp = dict(pad_mask=pad_mask, segment_ids=None)
+    loss_mlm, x_hat, _ = model.generate(masked, **inp)
+    with torch.no_grad():
+        x_corrupt, is_replaced = objectives.corrupt(x, masked, x_hat)
+    loss_disc, _, _ = model.discriminate(x, x_corrupt, is_replaced, masked,
+                                         real_tokens(x, pad_mask), **inp)
+    return loss_mlm + model.disc_weight * loss_disc, loss_mlm, loss_disc
+
+
 @pytest.fixture
 def rig(monkeypatch, stand_in_attention):
-    """A tiny ELECTRA, a batch with padding, and stand-ins that log their inputs."""
+    """A tiny ELECTRA, a batch with padding, the stand-ins in place."""
     torch.manual_seed(0)
     # fused_mlm=False: the plain path through sample and mlm_loss, which the stand-ins replace
     cfg = replace(Config(), vocab_size=V, **SIZES["tiny"], fused_mlm=False)
@@ -31,88 +46,44 @@ def rig(monkeypatch, stand_in_attention):
     pad_mask[1, 12:] = False                                   # row 1 is padded
     positions = torch.stack([torch.randperm(11, generator=g)[:K] + 1 for _ in range(B)])
     weights = torch.ones(B, K)
-    x_masked = x.scatter(1, positions, V - 1)
-    masked = Masked(x_masked, positions, x.gather(1, positions), weights)
-    log = {}
-    # x_corrupt chosen by the test: two positions of each row changed, one of them in m
-    x_corrupt = x.clone()
-    x_corrupt[:, 0] = (x[:, 0] + 1) % 90
-    x_corrupt.scatter_(1, positions[:, :1], (x.gather(1, positions[:, :1]) + 1) % 90)
-
-    def sample(logits, generator=None):
-        log["gen_logits"] = logits
-        return logits.detach().argmax(-1)
-
-    def corrupt(x_, masked_, x_hat):
-        log["corrupt_args"] = (x_, masked_, x_hat)
-        return x_corrupt.clone(), x_corrupt != x_
-
-    def mlm_loss(logits, targets, weights):
-        return (logits.float() ** 2).mean()
-
-    def disc_loss(logits, is_replaced, mask=None):
-        log["disc"] = (logits, is_replaced, mask)
-        return (logits.float() * mask).sum() / mask.sum()
-    for name, fn in dict(sample=sample, corrupt=corrupt, mlm_loss=mlm_loss,
-                         disc_loss=disc_loss).items():
+    masked = Masked(x.scatter(1, positions, V - 1), positions, x.gather(1, positions), weights)
+    for name, fn in dict(sample=stand_ins.sample_argmax,
+                         corrupt=stand_ins.corrupt_last_and_first_slot,
+                         mlm_loss=stand_ins.mlm_loss_square,
+                         disc_loss=stand_ins.disc_loss_linear).items():
         monkeypatch.setattr(objectives, name, fn)
-    seen = {}
-    d_forward = model.discriminator.forward
-
-    def d_reads(x_in, *a, **k):                             # what D's forward receives
-        seen["x"] = x_in
-        return d_forward(x_in, *a, **k)
-    monkeypatch.setattr(model.discriminator, "forward", d_reads)
-    return model, dict(x=x, masked=masked, pad_mask=pad_mask), log, seen, x_corrupt
+    return model, dict(x=x, masked=masked, pad_mask=pad_mask)
 
 
 def test_the_value_is_mlm_plus_50_disc(rig):
-    model, batch, log, _, _ = rig
+    model, batch = rig
     loss, stats = model(**batch)
-    d_logits, _, mask = log["disc"]
-    expect_mlm = (log["gen_logits"].float() ** 2).mean()
-    expect_disc = (d_logits.float() * mask).sum() / mask.sum()
-    assert loss.item() == pytest.approx((expect_mlm + 50 * expect_disc).item(), rel=1e-5), \
-        f"loss {loss.item():.5f}, expected L_MLM + 50 L_Disc = " \
-        f"{(expect_mlm + 50 * expect_disc).item():.5f} (λ = self.disc_weight, on L_Disc)"
-    assert stats["mlm_loss"].item() == pytest.approx(expect_mlm.item(), rel=1e-5), \
+    want, want_mlm, want_disc = expected(model, **batch)
+    assert stats["mlm_loss"].item() == pytest.approx(want_mlm.item(), rel=1e-5), \
         "loss_mlm should be the L_MLM that self.generate returns"
-    assert stats["disc_loss"].item() == pytest.approx(expect_disc.item(), rel=1e-5), \
-        "loss_disc should be the L_Disc that self.discriminate returns"
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5), \
+        f"loss {loss.item():.5f}, expected L_MLM + 50 L_Disc = {want.item():.5f} (λ = " \
+        f"self.disc_weight, on L_Disc)"
 
 
 def test_d_reads_x_corrupt_built_from_g_samples(rig):
-    model, batch, log, seen, x_corrupt = rig
-    model(**batch)
-    x_, masked_, x_hat = log["corrupt_args"]
-    assert torch.equal(x_, batch["x"]) and torch.equal(masked_.positions, batch["masked"].positions), \
-        "corrupt should get x and the batch's masked"
-    assert torch.equal(x_hat, log["gen_logits"].argmax(-1)), \
-        "corrupt should get G's samples x̂ from self.generate"     # G's samples, at the slots
-    assert torch.equal(seen["x"], x_corrupt), "D should read x_corrupt, not x or x_masked"
-    _, is_replaced, _ = log["disc"]
-    assert torch.equal(is_replaced, x_corrupt != batch["x"]), \
-        "L_Disc's labels should be corrupt's is_replaced"
-
-
-def test_l_disc_scores_every_real_token_not_only_the_masked_ones(rig):
-    model, batch, log, _, _ = rig
-    model(**batch)
-    _, _, mask = log["disc"]
-    assert mask is not None and torch.equal(mask.bool(), batch["pad_mask"]), \
-        f"L_Disc scored {int(mask.sum()) if mask is not None else 'all'} tokens, expected every " \
-        f"real (non-padding) token, {int(batch['pad_mask'].sum())}, not only the masked ones"
-
-
-def test_no_gradient_from_l_disc_into_the_generator(rig):
-    model, batch, _, _, _ = rig
+    model, batch = rig
     _, stats = model(**batch)
-    gen_only = [p for n, p in model.generator.named_parameters() if not n.startswith("embeddings")]
-    grads = torch.autograd.grad(stats["disc_loss"], gen_only, allow_unused=True)
-    assert all(g is None or g.abs().sum() == 0 for g in grads), "L_Disc reached G's weights"
-    grads = torch.autograd.grad(stats["mlm_loss"], gen_only, allow_unused=True)
-    assert any(g is not None and g.abs().sum() > 0 for g in grads), \
-        "L_MLM should reach G's weights (is loss_mlm detached?)"
+    _, _, want = expected(model, **batch)
+    assert stats["disc_loss"].item() == pytest.approx(want.item(), rel=1e-5), \
+        f"L_Disc {stats['disc_loss'].item():.5f}, expected {want.item():.5f}: D should read " \
+        f"x_corrupt (corrupt(x, masked, G's samples)) with corrupt's labels, scoring every real " \
+        f"token"
+
+
+def test_l_disc_scores_every_real_token_not_only_the_masked_ones(rig, monkeypatch):
+    model, batch = rig
+    monkeypatch.setattr(objectives, "disc_loss", stand_ins.disc_loss_scored)
+    _, stats = model(**batch)
+    got = stand_ins.scored_of(stats["disc_loss"].item(), *batch["x"].shape)
+    assert torch.equal(got, batch["pad_mask"]), \
+        f"L_Disc scored {int(got.sum())} tokens, expected every real (non-padding) token, " \
+        f"{int(batch['pad_mask'].sum())}, not only the masked ones"
 
 
 def own_weights(net):
@@ -120,19 +91,35 @@ def own_weights(net):
     return [p for n, p in net.named_parameters() if not n.startswith("embeddings")]
 
 
+def grads(loss, weights):
+    """d loss / d weights, 0 where loss does not depend on a weight."""
+    got = torch.autograd.grad(loss, weights, allow_unused=True, retain_graph=True)
+    return [torch.zeros_like(w) if g is None else g for g, w in zip(got, weights)]
+
+
+def test_no_gradient_from_l_disc_into_the_generator(rig):
+    model, batch = rig
+    _, stats = model(**batch)
+    gen_only = own_weights(model.generator)
+    grads = torch.autograd.grad(stats["disc_loss"], gen_only, allow_unused=True)
+    assert all(g is None or g.abs().sum() == 0 for g in grads), "L_Disc reached G's weights"
+    grads = torch.autograd.grad(stats["mlm_loss"], gen_only, allow_unused=True)
+    assert any(g is not None and g.abs().sum() > 0 for g in grads), \
+        "L_MLM should reach G's weights (is loss_mlm detached?)"
+
+
 def test_the_loss_trains_both_networks(rig):
-    """`loss` is what the trainer back-propagates: its gradient is L_MLM's in G and 50 times
-    L_Disc's in D (a detached term would leave that network untrained, with the same value)."""
-    model, batch, _, _, _ = rig
-    loss, stats = model(**batch)
-    for net, part, scale in ((model.discriminator, "disc_loss", 50.0),
-                             (model.generator, "mlm_loss", 1.0)):
+    """`loss` is what the trainer back-propagates: its gradient in every weight is the expected
+    sum's, L_MLM's in G and 50 times L_Disc's in D (a detached term would leave that network
+    untrained, with the same value)."""
+    model, batch = rig
+    loss, _ = model(**batch)
+    want, _, _ = expected(model, **batch)
+    for net, name in ((model.discriminator, "D"), (model.generator, "G")):
         weights = own_weights(net)
-        got = torch.autograd.grad(loss, weights, retain_graph=True, allow_unused=True)
-        want = torch.autograd.grad(stats[part], weights, retain_graph=True, allow_unused=True)
-        assert any(w is not None and w.abs().sum() > 0 for w in want), \
-            f"{part} should have a gradient in {'D' if part == 'disc_loss' else 'G'}: is it detached?"
-        assert all(g is not None and torch.allclose(g, scale * w, rtol=1e-4, atol=1e-6)
-                   for g, w in zip(got, want) if w is not None), \
-            f"the gradient of loss in {'D' if part == 'disc_loss' else 'G'} should be " \
-            f"{'' if scale == 1 else '50 times '}{part}'s: is a term detached?"
+        got = grads(loss, weights)
+        exp = grads(want, weights)
+        assert any(w.abs().sum() > 0 for w in exp)
+        assert all(torch.allclose(g, w, rtol=1e-4, atol=1e-6) for g, w in zip(got, exp)), \
+            f"the gradient of loss in {name} should be " \
+            f"{'50 times L_Disc' if name == 'D' else 'L_MLM'}'s: is a term detached?"

@@ -123,6 +123,13 @@ def test_masks_are_fresh_each_time_but_reproducible_from_a_seed():
     assert torch.equal(a.positions, b.positions), "the same generator seed should give the same mask"
     assert not torch.equal(a.positions, c.positions), \
         "another seed should give another mask: draw every random number from `generator`"
+    # BERT's 80 / 10 / 10: the random tokens come from `generator` too
+    bert = dict(replace_prob=0.8, random_prob=0.1, n_random=90)
+    d = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5), **bert)
+    e = mask_tokens(x, SPECIAL, MASK, 19, generator=torch.Generator().manual_seed(5), **bert)
+    assert torch.equal(d.x_masked, e.x_masked), \
+        "with random_prob > 0 the same generator seed should give the same x_masked: draw the " \
+        "random tokens from `generator` too"
 
 
 def test_positions_are_uniform_over_real_tokens():
