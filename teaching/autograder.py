@@ -31,10 +31,19 @@ VENV = "/opt/electra-grader"          # setup.sh's virtual environment, run_auto
 PROJECT = "project"                   # the grader's copy inside the zip (and /autograder/source)
 HIDDEN = "tests/hidden/test_hidden.py"
 USER = "electra-student"              # who runs the submitted code (teaching/runner.py USERS[0])
-# The versions the pack was checked with (tests/test_autograder.py on them): setup.sh installs
-# these and no others, so that an image built later grades as the check did.
-CHECKED = {"torch": "2.13.0", "numpy": "2.4.6", "pytest": "9.2.0", "tiktoken": "0.14.0",
-           "matplotlib": "3.11.2"}
+
+
+def installed_versions(names=("torch", "numpy", "pytest", "tiktoken", "matplotlib")):
+    """The versions installed where the pack is built - where `python teaching/grade.py --check`
+    checks it and tests/test_autograder.py runs: a local tag such as torch's "+cpu" dropped."""
+    from importlib.metadata import version
+    return {n: version(n).split("+")[0] for n in names}
+
+
+# The versions the pack was checked with: those of the environment that builds it (and checks
+# it). setup.sh installs these and no others, so that an image built later grades as the check
+# did, whatever newer releases exist by then.
+CHECKED = installed_versions()
 
 SETUP_SH = f"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder's image (base image:

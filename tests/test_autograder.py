@@ -86,7 +86,7 @@ def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
     assert f'"torch=={autograder.CHECKED["torch"]}"' in setup
     assert torch.__version__.split("+")[0] == autograder.CHECKED["torch"]
     assert numpy.__version__ == autograder.CHECKED["numpy"] and f"numpy=={numpy.__version__}" in setup
-    assert pytest.__version__ == autograder.CHECKED["pytest"]
+    assert pytest.__version__ == autograder.CHECKED["pytest"] and f"pytest=={pytest.__version__}" in setup
     # PyTorch's CPU index unless TORCH_INDEX_URL names another (a build where it is unreachable)
     assert '--index-url "$TORCH_INDEX_URL"' in setup and setup.count("--index-url") == 1
     line = next(x for x in setup.splitlines() if x.startswith("TORCH_INDEX_URL="))
