@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,30 @@ def test_prepare_then_status_on_a_cpu(corpus_file, tmp_path):
     r = stage("bench", res, WORK=str(tmp_path / "empty"), CORPUS=str(tmp_path / "no_text"))
     assert r.returncode == 1 and r.stderr.startswith("error: no corpus files")
     assert "CORPUS=" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_corpus_data_py_prepared_is_used_as_it_is(data_dir, tmp_path):
+    """CORPUS may name a folder data.py prepared (meta.json): prepare links it where the
+    stages read the corpus instead of preparing text; left out, CORPUS is the one corpus
+    prepared in data/, and where several are, one line asks which."""
+    work, res = tmp_path / "work", tmp_path / "res"
+    r = stage("prepare", res, WORK=str(work), CORPUS=str(data_dir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (work / "data" / "corpus").resolve() == Path(data_dir).resolve()
+    assert "used as it is" in (res / "prepare.txt").read_text()
+    # the default, read where the script runs: several prepared corpora are one error line
+    home = tmp_path / "checkout"
+    (home / "benchmarks").mkdir(parents=True)
+    (home / "benchmarks" / "gpu_measure.sh").write_text(SCRIPT.read_text())
+    for name in ("a", "b"):
+        (home / "data" / name).mkdir(parents=True)
+        (home / "data" / name / "meta.json").write_text("{}")
+    env = {**os.environ, "DEVICE": "cpu", "SIZE": "tiny", "PY": sys.executable}
+    env.pop("CORPUS", None)
+    r = subprocess.run(["bash", "benchmarks/gpu_measure.sh", "prepare", str(res)], cwd=home,
+                       env=env, capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 1 and r.stderr.startswith("error: CORPUS: data/ holds several")
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_all_checks_every_input_before_its_first_stage(corpus_file, tmp_path):
