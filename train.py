@@ -101,7 +101,8 @@ def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
 def update(model, opt, batch, grad_clip, autocast):
     """Both losses, backward, clipping and Adam on a batch already on the device.
 
-    Engineering: machinery/step.py compiles this into one graph with --compile."""
+    Engineering: machinery/step.py compiles this into one graph with --compile, or each of
+    its Transformer blocks with --compile regional."""
     with autocast():
         loss, stats = model(**batch)
     loss.backward()
