@@ -124,8 +124,8 @@ def test_the_regional_step_equals_eager_one_graph_per_kind_of_block():
     later layers and for steps 2 and 3 (no recompile). aot_eager and eager's random
     numbers, as above: the losses of three steps and every parameter after them equal eager's
     to float32 rounding. The parameters catch what the losses might hide: a block whose gradient
-    went missing (grad None: Adam skips it) or a block run with another's weights, as the nested
-    compile regions did (docs/gpu.md)."""
+    went missing (grad None: Adam skips it) or came out wrong, as with the nested compile
+    regions tried first (docs/gpu.md)."""
     torch._dynamo.reset()
     cfg, batches, model, opt, twin, twin_opt = tiny_pair(dropout=0.0, layers=2)
     backend, graphs = counting("aot_eager")
