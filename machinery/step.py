@@ -105,7 +105,7 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
 
     Inductor compiles a graph's every operation anew, and the whole step holds 12 copies of D's
     block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on an H200; on a
-    2-core CPU 251.7 s to the first step against this function's 36.8 s, docs/gpu.md). Here
+    2-core CPU 205-252 s to the first step against this function's 23-37 s, docs/gpu.md). Here
     each repeated Transformer block is compiled on its own (nn.Module.compile: its forward, and its backward
     by AOTAutograd), and Dynamo reuses the code it compiled for the first block for every block
     of the same shapes - G's stack and D's cost one block each. Everything else - embeddings,
