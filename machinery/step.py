@@ -62,7 +62,8 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     # quietly runs without CUDA graphs (counted as "cudagraph_skips"; bench.py prints it).
     # torch.optim's own optimizers get this from Dynamo through their _init_group; ours is
     # plain Python. guard=True: a tensor replaced later (a new state) compiles the step again.
-    static_addresses(lrs, opt)
+    for t in lrs + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]:
+        torch._dynamo.mark_static_address(t, guard=True)
     autocast = pick_precision(precision, device)[1]
     # CUDA graphs replay the compiled step with one launch. They keep their outputs in buffers
     # that the next replay overwrites, hence the copies of the (few, scalar) statistics below.
@@ -87,12 +88,6 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     return step
 
 
-def static_addresses(lrs, opt):
-    """The tensors the step writes in place besides the weights, at fixed addresses (above)."""
-    for t in lrs + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]:
-        torch._dynamo.mark_static_address(t, guard=True)
-
-
 def repeated_blocks(model):
     """The modules that repeat: the members of every nn.ModuleList of two or more modules of
     one class (the Transformer blocks of G and of D)."""
@@ -106,9 +101,9 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
     Inductor compiles a graph's every operation anew, and the whole step holds 12 copies of D's
     block and 12 of G's: at Table 6's size it compiled for minutes (about 3 on an H200; on a
     2-core CPU 205-252 s to the first step against this function's 23-37 s, docs/gpu.md). Here
-    each repeated Transformer block is compiled on its own (nn.Module.compile: its forward, and its backward
-    by AOTAutograd), and Dynamo reuses the code it compiled for the first block for every block
-    of the same shapes - G's stack and D's cost one block each. Everything else - embeddings,
+    each repeated Transformer block is compiled on its own (nn.Module.compile: its forward, and
+    its backward by AOTAutograd), and Dynamo reuses the code it compiled for the first block for
+    every block of the same shapes - G's stack and D's cost one block each. Everything else - embeddings,
     G's head and the sample x̂, x_corrupt, D's head, both losses, clipping and Adam - runs
     eagerly, as `update`'s own lines.
 
