@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, part_of
+from teaching.worker import body_regions
 
 _LOG = os.environ.get(LOG_ENV)
 _FAILED = {}
@@ -45,34 +46,12 @@ def _assert_source(path, lineno):
     return ""
 
 
-_REGIONS = {}                               # file -> its assignment bodies, read once
-
-
-def _regions(path):
-    """The assignment bodies of a file of the grading folder: [(part, BEGIN line, END line)]."""
-    if path not in _REGIONS:
-        found, begun = [], {}
-        try:
-            if Path(path).resolve().is_relative_to(Path.cwd().resolve()):
-                text = Path(path).read_text(encoding="utf-8")
-                for i, line in enumerate(text.splitlines(), 1):
-                    marker = re.fullmatch(r"\s*# (BEGIN|END) ASSIGNMENT (\w+)\s*", line)
-                    if marker and marker.group(1) == "BEGIN":
-                        begun[marker.group(2)] = i
-                    elif marker and marker.group(2) in begun:
-                        found.append((marker.group(2), begun.pop(marker.group(2)), i))
-        except (OSError, UnicodeDecodeError, ValueError):
-            pass
-        _REGIONS[path] = found
-    return _REGIONS[path]
-
-
 def _where(traceback):
     """Where in a part's body an exception was raised, 'encoder.py, line 2 of the attention
     body' (the innermost such frame), or "" when none of its frames is in a body."""
     for entry in reversed(list(traceback)):
         path, lineno = str(entry.path), entry.lineno + 1          # entry.lineno counts from 0
-        for part, begin, end in _regions(path):
+        for part, begin, end in body_regions(path):
             if begin < lineno < end:
                 return f"{Path(path).name}, line {lineno - begin} of the {part} body"
     return ""
