@@ -27,6 +27,7 @@ import time
 import torch
 
 from teaching import course
+from teaching.runner import signal_name
 from teaching.worker import HOME_ENV, PARTS_ENV, TREE_ENV, USER_ENV, read_message, write_message
 
 MAX_MESSAGE = 256 * 2 ** 20           # bytes: the largest answer read from a worker
@@ -187,11 +188,8 @@ class Worker:
         except WorkerError:
             rc = None
         self.rc = rc
-        if rc is not None and rc < 0:
-            try:
-                sig = signal.Signals(-rc).name
-            except ValueError:
-                sig = f"signal {-rc}"
+        sig = signal_name(rc)
+        if sig:
             if sig == "SIGKILL":
                 return "the part's code was killed (SIGKILL): out of memory?"
             return f"the part's code crashed ({sig})"

@@ -183,13 +183,20 @@ def last_line(path):
     return lines[-1][:MESSAGE_CHARS] if lines else "no output"
 
 
+def signal_name(rc):
+    """The signal that ended a process of exit status rc ("SIGKILL"), or None if none did."""
+    if rc is None or rc >= 0:
+        return None
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
 def stopped_because(rc, test, out, reason=None):
     where = f" in {test_name(test)}" if test else ""
-    if rc is not None and rc < 0:
-        try:
-            sig = signal.Signals(-rc).name
-        except ValueError:
-            sig = f"signal {-rc}"
+    sig = signal_name(rc)
+    if sig:
         if sig == "SIGKILL":
             return f"the tests were killed{where} (SIGKILL): out of memory?"
         return f"the tests crashed{where} ({sig})"
