@@ -26,32 +26,23 @@ if not __package__:   # run as a path: import from the project root
 EQUAL = 1.05
 
 
-def read_log(path):
-    """The JSON lines of a pre-training log (a line cut short by a stopped run is skipped)."""
-    recs = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            recs.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return recs
-
-
 def make_record(run, glue=None, command="", gpu=None, skipped=(), profile=None):
     """The record of one window's point: `run` the pre-training folder (ckpt.pt, log.jsonl),
     `glue` its fine-tuning results file or None, `skipped` the tasks that did not fit."""
     import torch
     from machinery.checkpoint import load_checkpoint
+    from machinery.progress import off_plateau
+    from plot_results import load_log
     run = Path(run)
     ck = load_checkpoint(run / "ckpt.pt")
-    cfg, log = ck["config"], read_log(run / "log.jsonl")
+    cfg, log = ck["config"], load_log(run / "log.jsonl")
     meta = json.loads((Path(ck["data_dir"]) / "meta.json").read_text())
     tokens = cfg["batch_size"] * cfg["seq_len"] * ck["step"]
-    last = log[-1] if log else {}
+    last = log[-1]
     # the steps per second of the last logged interval: compiling and the first batches are
-    # behind it (train.py logs tokens/s per interval)
-    rate = last.get("tokens_per_s", 0) / (cfg["batch_size"] * cfg["seq_len"]) if last else None
-    left = next((r["step"] for r in log if (r.get("disc_acc_replaced") or 0) >= 0.1), None)
+    # behind it (the loop logs tokens/s per interval)
+    rate = last["tokens_per_s"] / (cfg["batch_size"] * cfg["seq_len"])
+    left = next((r["step"] for r in log if off_plateau(r)), None)       # the trainer's rule
     device = ck.get("device", "")
     gpu = gpu or (torch.cuda.get_device_name(0) if "cuda" in device and
                   torch.cuda.is_available() else None)
@@ -61,7 +52,7 @@ def make_record(run, glue=None, command="", gpu=None, skipped=(), profile=None):
                     params=sum(v.numel() for v in ck["model"].values()),
                     target_flops=(ck.get("budget") or {}).get("flops"), steps_per_s=rate, corpus_tokens=meta["train_tokens"],
                     passes_over_corpus=tokens / meta["train_tokens"],
-                    recall_reached_10pct_at_step=left, last_log=last)
+                    left_plateau_at_step=left, last_log=last)
     rec = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                gpu=gpu, torch=torch.__version__, command=command, checkpoint=str(run / "ckpt.pt"),
                pretrain=pretrain, tasks={}, glue_score=None, glue_tasks=[],
@@ -114,11 +105,12 @@ def main(argv=None):
     if not args.run or not args.out:
         p.error("give --run and --out (or --next RECORDS)")
     from machinery.checkpoint import CheckpointError
+    from plot_results import InputError
     try:
         rec = make_record(args.run, args.glue, args.command,
                           skipped=[t for t in args.skipped.split(",") if t],
                           profile=args.profile)
-    except (OSError, KeyError, CheckpointError) as e:
+    except (OSError, KeyError, CheckpointError, InputError) as e:
         print(f"error: no point to record from {args.run} ({e}): pre-training left no "
               "checkpoint and log", file=sys.stderr)
         return 1
