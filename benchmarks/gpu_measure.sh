@@ -54,8 +54,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."    # the project root
 
-declare -A ORIG=()                 # the settings as given, for the point's record
-for v in DEVICE SIZE COMPILE COMPILE_MODE TASKS SEEDS CORPUS GLUE FT_RESERVE PRE_MIN PROFILE; do
+# The settings a point's record names where they were given (point_command), as given.
+POINT_SETTINGS="DEVICE SIZE COMPILE COMPILE_MODE TASKS SEEDS CORPUS GLUE FT_RESERVE PRE_MIN PROFILE"
+declare -A ORIG=()
+for v in $POINT_SETTINGS; do
   [ -n "${!v:-}" ] && ORIG[$v]=${!v}
 done
 STAGE=${1:-}
@@ -474,12 +476,16 @@ glue_folder() {
 
 # Every task of TASKS has its folder in GLUE (train.tsv, dev.tsv; MNLI: dev_matched.tsv), or one
 # error line that says where GLUE comes from.
+# Whether GLUE holds task $1 (train.tsv and dev.tsv; MNLI: dev_matched.tsv).
+has_task() {
+  local d; d="$GLUE/$(glue_folder "$1")"
+  [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; }
+}
 check_glue() {
-  local t d missing=()
+  local t missing=()
   [ "$TASKS" = none ] && return 0
   for t in ${TASKS//,/ }; do
-    d="$GLUE/$(glue_folder "$t")"
-    [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; } || missing+=("$t")
+    has_task "$t" || missing+=("$t")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   die "no GLUE data for ${missing[*]} in $GLUE: set GLUE=a folder with CoLA/ SST-2/ MRPC/ STS-B/ RTE/ (train.tsv, dev.tsv each; get them with 'python finetune_glue.py --download DIR' where there is internet, see docs/finetuning.md), or TASKS=the tasks you have"
@@ -488,10 +494,9 @@ check_glue() {
 # The tasks GLUE holds, the smallest training set first (as `all` fine-tunes them: a task that
 # no longer fits is the largest left). WNLI is left out, as the paper leaves it out.
 present_tasks() {
-  local t d
+  local t
   for t in rte mrpc stsb cola sst2 qnli qqp mnli; do
-    d="$GLUE/$(glue_folder "$t")"
-    [ -f "$d/train.tsv" ] && { [ -f "$d/dev.tsv" ] || [ -f "$d/dev_matched.tsv" ]; } && echo "$t"
+    has_task "$t" && echo "$t"
   done
 }
 
@@ -593,10 +598,7 @@ stage_all() {
   [ -n "$SEEDS_GIVEN" ] || SEEDS=1
   [ "$DEVICE" = cuda ] && [[ $FT_ARGS != *--buckets* && $FT_ARGS != *compile* ]] \
     && FT_ARGS="--buckets 128 $FT_ARGS"
-  if [ "$TASKS" != none ]; then
-    stage_finetune "$((deadline - 10))"
-    touch "$WORK/glue$S/glue_done"
-  fi
+  [ "$TASKS" = none ] || stage_finetune "$((deadline - 10))"
   skipped=$(sed -n "s/^finetune \([a-z0-9]*\)$S: skipped.*/\1/p" "$RES/summary.txt" | paste -sd, -)
   $PY benchmarks/record_point.py --run "$RUN" --out "$RES/points.jsonl" --skipped "$skipped" \
     --profile "$RES/profile_top$S.json" \
@@ -608,7 +610,7 @@ stage_all() {
 # The command that made a point, with the settings that were not left at their defaults.
 point_command() {
   local v out=""
-  for v in DEVICE SIZE COMPILE COMPILE_MODE TASKS SEEDS CORPUS GLUE FT_RESERVE PRE_MIN PROFILE; do
+  for v in $POINT_SETTINGS; do
     [ -n "${ORIG[$v]:-}" ] && out+="$v=${ORIG[$v]} "
   done
   echo "${out}bash benchmarks/gpu_measure.sh all $ALL_MIN"
