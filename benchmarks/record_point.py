@@ -22,8 +22,7 @@ from pathlib import Path
 if not __package__:   # run as a path: import from the project root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Two runs' FLOPs within this ratio are one point of compute (plot_results.EQUAL_COMPUTE).
-EQUAL = 1.05
+from plot_results import EQUAL_COMPUTE, InputError, load_log    # (the plot's own rule and reader)
 
 
 def make_record(run, glue=None, command="", gpu=None, skipped=(), profile=None):
@@ -32,7 +31,6 @@ def make_record(run, glue=None, command="", gpu=None, skipped=(), profile=None):
     import torch
     from machinery.checkpoint import load_checkpoint
     from machinery.progress import off_plateau
-    from plot_results import load_log
     run = Path(run)
     ck = load_checkpoint(run / "ckpt.pt")
     cfg, log = ck["config"], load_log(run / "log.jsonl")
@@ -75,7 +73,7 @@ def next_point(records):
     # a BERT run counts for the FLOPs it reached, or aimed at (one stopped at the window's end)
     bert = [max(r["pretrain"]["flops"], r["pretrain"].get("target_flops") or 0)
             for r in records if r["pretrain"]["model"] == "bert"]
-    if electra and not any(b * EQUAL >= electra[-1] for b in bert):
+    if electra and not any(b * EQUAL_COMPUTE >= electra[-1] for b in bert):
         return "bert", electra[-1]
     return "electra", None
 
@@ -105,7 +103,6 @@ def main(argv=None):
     if not args.run or not args.out:
         p.error("give --run and --out (or --next RECORDS)")
     from machinery.checkpoint import CheckpointError
-    from plot_results import InputError
     try:
         rec = make_record(args.run, args.glue, args.command,
                           skipped=[t for t in args.skipped.split(",") if t],
