@@ -36,8 +36,8 @@ from machinery import cli
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
 from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable
-from machinery.static_shapes import DEFAULT_BUCKETS, Padded, StaticShapes, bucket_lengths, \
-    bucket_list
+from machinery.static_shapes import DEFAULT_BUCKETS, Padded, bucket_lengths, bucket_list, \
+    compiled_shapes
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
 from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
     read_task, summarize, task_metrics
@@ -407,7 +407,7 @@ def run(args):
         static = None
         if compiled:
             static, compile_s[name] = compile_task(name, pre, device, autocast, max_len,
-                                                   args.buckets or DEFAULT_BUCKETS, hp)
+                                                   buckets, hp)
         runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static)
                 for s in range(args.seeds)]
         results[name] = summarize(runs, TASKS[name].metric)
@@ -430,25 +430,12 @@ def run(args):
 
 def compile_task(name, pre, device, autocast, max_len, buckets, hp, backend="inductor"):
     """Engineering: (StaticShapes with its graphs compiled, seconds it took) for one task, or
-    (None, None) after one line where torch.compile fails here: the task runs eagerly. The
-    graphs are compiled on a model of the task's shape that is then thrown away; every seed's
-    model reuses them (Dynamo takes the weights as inputs)."""
+    (None, None) where torch.compile fails (machinery/static_shapes.py `compiled`)."""
     state, shapes, tok, _ = pre
     n_out = 1 if TASKS[name].regression else len(TASKS[name].labels)
-    t0 = time.time()
-    try:
-        static = StaticShapes(buckets, max_len, hp["batch_size"], device,
-                              TASKS[name].regression, backend)
-        static.warm_up(build_classifier(state, shapes, n_out, hp["dropout"]).to(device),
-                       autocast, tok.pad_id)
-    except Exception as e:      # (a missing C compiler, an unsupported setup): eager instead
-        print(f"{name}: torch.compile failed ({type(e).__name__}: "
-              f"{(str(e).splitlines() or [''])[0][:120]}); fine-tuning eagerly", flush=True)
-        return None, None
-    seconds = round(time.time() - t0, 1)
-    print(f"{name}: compiled {2 * len(static.buckets)} graphs (training and evaluation at "
-          f"lengths {','.join(map(str, static.buckets))}) in {seconds:.1f} s", flush=True)
-    return static, seconds
+    return compiled_shapes(name, lambda: build_classifier(state, shapes, n_out, hp["dropout"]),
+                           buckets, max_len, hp["batch_size"], device, TASKS[name].regression,
+                           autocast, tok.pad_id, backend)
 
 
 def write_json_atomic(path, obj):

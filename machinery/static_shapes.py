@@ -29,6 +29,7 @@ Dropout stays on (Table 7's 0.1), drawn by the compiled kernels: the same distri
 eager, not the same numbers; with dropout 0 the two paths agree to float rounding.
 """
 import argparse
+import time
 
 import numpy as np
 import torch
@@ -172,3 +173,23 @@ def weighted_loss(model, ids, segment_ids, pad_mask, y, w, regression):
 
 def logits_of(model, ids, segment_ids, pad_mask):
     return model(ids, segment_ids, pad_mask)
+
+
+def compiled_shapes(name, make_model, buckets, max_len, rows, device, regression, autocast,
+                    pad_id, backend="inductor"):
+    """(StaticShapes with its graphs compiled, seconds it took) for task `name`, or (None,
+    None) after one line where torch.compile fails here: the task runs eagerly. The graphs are
+    compiled on a model of the task's shape (make_model()) that is then thrown away; every
+    seed's model reuses them (Dynamo takes the weights as inputs)."""
+    t0 = time.time()
+    try:
+        static = StaticShapes(buckets, max_len, rows, device, regression, backend)
+        static.warm_up(make_model().to(device), autocast, pad_id)
+    except Exception as e:      # (a missing C compiler, an unsupported setup): eager instead
+        print(f"{name}: torch.compile failed ({type(e).__name__}: "
+              f"{(str(e).splitlines() or [''])[0][:120]}); fine-tuning eagerly", flush=True)
+        return None, None
+    seconds = round(time.time() - t0, 1)
+    print(f"{name}: compiled {2 * len(static.buckets)} graphs (training and evaluation at "
+          f"lengths {','.join(map(str, static.buckets))}) in {seconds:.1f} s", flush=True)
+    return static, seconds
