@@ -129,6 +129,10 @@ def parse_args(argv=None):
                         "fastest step, minutes to compile; regional compiles each Transformer "
                         "block, one for all its layers, and runs the rest eagerly: a fraction "
                         "of the compiling time, for short runs")
+    p.add_argument("--compile_cache", type=Path, default=None, metavar="FILE",
+                   help="with --compile: load torch.compile's artifacts from FILE before "
+                        "compiling and save them there after the first step, so that a fresh "
+                        "machine skips most of the compiling (machinery/compile_cache.py)")
     p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")
@@ -217,6 +221,13 @@ def check_args(args):
         raise DataError(f"--save_at {args.save_at!r}: give fractions like 0.25,0.5,1") from None
     if any(not 0 < f <= 1 for f in args.save_at):
         raise DataError("--save_at: every fraction must be in (0, 1]")
+    if args.compile_cache and not args.compile:
+        raise DataError("--compile_cache keeps what --compile compiles: add --compile (or "
+                        "--compile regional), or leave --compile_cache out")
+    if args.compile_cache and (args.compile_cache.is_dir()
+                               or not args.compile_cache.parent.is_dir()):
+        raise DataError(f"--compile_cache {args.compile_cache}: give a file in an existing "
+                        "folder (it is created after the first compiled step)")
 
 
 def _main(args, dist):

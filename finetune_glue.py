@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from machinery import cli
+from machinery import cli, compile_cache
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
 from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable
@@ -312,8 +312,16 @@ def parse_args(argv=None):
                    help="with --compile: the sequence lengths a batch is padded up to "
                    f"(default {','.join(map(str, DEFAULT_BUCKETS))}; the model's max length "
                    "is always one)")
+    p.add_argument("--compile_cache", type=Path, metavar="FILE",
+                   help="with --compile: load torch.compile's artifacts from FILE before "
+                   "compiling and save them there after each task's graphs, so that a fresh "
+                   "machine skips most of the compiling (machinery/compile_cache.py)")
     args = p.parse_args(argv)
     refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
+    if args.compile_cache and (args.compile is False or args.compile_cache.is_dir()
+                               or not args.compile_cache.parent.is_dir()):
+        p.error(f"--compile_cache {args.compile_cache}: a file in an existing folder, for the "
+                "graphs of --compile (on with CUDA, or given)")
     if args.buckets and args.compile is not True and (args.compile is False or
                                                      pick_device(args.device).type != "cuda"):
         p.error("--buckets: only with --compile (the eager path pads each batch to its own "
@@ -402,12 +410,16 @@ def run(args):
                       {k: encode_examples(tok, v, max_len) for k, v in devs.items()})
 
     results, compile_s = {}, {}
+    if compiled and args.compile_cache:         # (engineering: a fresh machine compiles less)
+        compile_cache.load(args.compile_cache, device)
     for name in names:
         epochs = args.epochs or TASKS[name].epochs
         static = None
         if compiled:
             static, compile_s[name] = compile_task(name, pre, device, autocast, max_len,
                                                    buckets, hp)
+            if args.compile_cache:
+                compile_cache.save(args.compile_cache, device)
         runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static)
                 for s in range(args.seeds)]
         results[name] = summarize(runs, TASKS[name].metric)

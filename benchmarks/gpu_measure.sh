@@ -12,6 +12,8 @@
 #   bash benchmarks/gpu_measure.sh status   [RES]   # its last progress lines, its GPU memory, log.jsonl
 #   bash benchmarks/gpu_measure.sh wait [SEC=500] [RES] # sleep until the run ends or SEC pass, then status
 #   bash benchmarks/gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
+#   bash benchmarks/gpu_measure.sh pack DEST [RES]  # RES as at most 4 files in DEST, for a machine
+#                                        #   that hands back only a few files
 #
 # Every stage fits one 10-minute command on an H100 and writes its few result files into RES
 # (default $OUT, else out_gpu/results) as soon as it has them; what lasts between stages
@@ -43,6 +45,9 @@
 #   GLUE [.carry/glue, else glue/, where `python finetune_glue.py --download glue` puts it]:
 #     CoLA/ SST-2/ ... with train/dev.tsv; `all` without it pre-trains and records the point
 #   DATA_FROM [../shared/data]: where `carry` copies from (corpus/ and glue/ inside it)
+#   CACHE [.carry/compile_cache]: compile caches an earlier command saved (machinery/
+#     compile_cache.py); every compiled sub-run loads its file from there and saves it anew,
+#     with what it compiled, in RES/compile_cache/ - copy those into CACHE for the next machine
 #   WHICH [ours,ours_compiled,bert,hf; on a CPU ours,bert,hf]: the bench's contenders
 #   LIMIT_BENCH [240], LIMIT_PROFILE [150], LIMIT_DDP [150], LIMIT_TASK [300], LIMIT_CHECK [240]:
 #     seconds each sub-run may take (SIZE=tiny: half)
@@ -63,6 +68,7 @@ done
 STAGE=${1:-}
 [ "$STAGE" = wait ] && { WAIT_S=${2:-500}; shift; }
 [ "$STAGE" = all ] && { ALL_MIN=${2:-9}; shift; }
+[ "$STAGE" = pack ] && { PACK_TO=${2:-}; shift; }
 RES=${2:-${OUT:-${WORK:-out_gpu}/results}}
 DEVICE=${DEVICE:-cuda}
 SIZE=${SIZE:-small}
@@ -96,6 +102,7 @@ default_corpus() {
 }
 CORPUS=${CORPUS:-$(default_corpus)}
 GLUE=${GLUE:-$([ -d .carry/glue ] && echo .carry/glue || echo glue)}
+CACHE=${CACHE:-.carry/compile_cache}
 export PYTHONUNBUFFERED=1
 MODEL=${MODEL:-electra}
 # A pre-training run's files: S is "" for ELECTRA, _bert for BERT-Small, _long for `all`'s
@@ -184,6 +191,15 @@ use_compile() {
   [ "$(cat "$WORK/compile_ok" 2>/dev/null)" != no ]
 }
 
+# The compile cache of one kind of compiled run (`cache_file NAME`): RES/compile_cache/NAME.bin,
+# started from CACHE/NAME.bin where an earlier command saved one; the sub-run loads and rewrites it.
+cache_file() {
+  mkdir -p "$RES/compile_cache"
+  [ -f "$RES/compile_cache/$1.bin" ] || [ ! -f "$CACHE/$1.bin" ] \
+    || cp "$CACHE/$1.bin" "$RES/compile_cache/$1.bin"
+  echo "$RES/compile_cache/$1.bin"
+}
+
 running() { [ -f "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; }
 
 shards() { find "$CORPUS" -maxdepth 1 -name '*.txt*' 2>/dev/null | sort; }
@@ -200,9 +216,10 @@ stage_carry() {
   # local GLUE tasks into .carry/, within the 64 MiB that may travel with the checkout.
   local src=${DATA_FROM:-../shared/data} want=${1:-99} budget used f size n=0
   [ -d "$src/corpus" ] || die "$src/corpus: no corpus to carry: set DATA_FROM=a folder with corpus/ (text files) and glue/"
-  rm -rf .carry && mkdir -p .carry/corpus .carry/glue || die "cannot write .carry/"
-  # what travels anyway: tracked and untracked-not-ignored files
+  rm -rf .carry/corpus .carry/glue && mkdir -p .carry/corpus .carry/glue || die "cannot write .carry/"
+  # what travels anyway: tracked and untracked-not-ignored files, and the compile caches kept
   used=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  used=$((used + $(du -cb .carry | tail -1 | cut -f1)))
   for t in CoLA SST-2 MRPC STS-B RTE; do
     [ -d "$src/glue/$t" ] && mkdir -p ".carry/glue/$t" && cp "$src/glue/$t"/{train,dev}.tsv ".carry/glue/$t/"
   done
@@ -246,6 +263,7 @@ stage_check() {
   local flags=(--device "$DEVICE" --size "$size" --backend "$backend")
   [ "$CHECK_LAYERS" = all ] || flags+=(--layers "$CHECK_LAYERS")
   [ "$COMPILE_MODE" = regional ] && flags+=(--regional)
+  flags+=(--compile_cache "$(cache_file "selfcheck-$size-$COMPILE_MODE-$CHECK_LAYERS")")
   limited selfcheck "$LIMIT_CHECK" check.txt $PY benchmarks/selfcheck.py "${flags[@]}"; rc=$?
   if [ "$rc" = 0 ]; then
     echo yes > "$WORK/compile_ok"
@@ -357,7 +375,8 @@ stage_start() {
   else
     flags+=(--hours "$HOURS" --save_at 0.5)
   fi
-  use_compile && flags+=(--compile "$COMPILE_MODE")
+  use_compile && flags+=(--compile "$COMPILE_MODE"
+                         --compile_cache "$(cache_file "pretrain-$MODEL-$SIZE-$COMPILE_MODE")")
   echo "+ $PY electra_small.py ${flags[*]}" | tee "$RES/start.txt"
   # setsid: its own process session, so the run outlives this command (and its terminal)
   setsid nohup $PY electra_small.py "${flags[@]}" >> "$LOG" 2>&1 < /dev/null &
@@ -404,7 +423,8 @@ pretrain() {
   local flags=(--data "$WORK/data/corpus" --model "$MODEL" --size "$SIZE" --device "$DEVICE"
                --out_dir "$RUN" --log_every "$LOG_EVERY" --ckpt_every_min 1 "$@")
   [ "$steps" -gt 0 ] && flags+=(--max_steps "$steps")
-  use_compile && flags+=(--compile "$COMPILE_MODE")
+  use_compile && flags+=(--compile "$COMPILE_MODE"
+                         --compile_cache "$(cache_file "pretrain-$MODEL-$SIZE-$COMPILE_MODE")")
   [ "${PROFILE_RUN:-0}" -gt 0 ] && flags+=(--profile "$PROFILE_RUN")
   limited "pretrain$S" "$secs" "pretrain$S.txt" $PY electra_small.py "${flags[@]}"
   cp "$RES/pretrain$S.txt" "$LOG" 2>/dev/null
@@ -437,10 +457,16 @@ stage_finetune() {
       [ "$secs" -lt 5 ] && { echo "finetune $t: skipped, no time left" | tee -a "$RES/summary.txt"; continue; }
     fi
     first=0
+    # compiled where finetune_glue.py compiles: with CUDA unless --no-compile, or --compile
+    local cache=()
+    if [[ " $FT_ARGS " == *" --compile "* ]] \
+       || { [ "$DEVICE" = cuda ] && [[ " $FT_ARGS " != *" --no-compile "* ]]; }; then
+      cache=(--compile_cache "$(cache_file "finetune-$SIZE-$t")")
+    fi
     # shellcheck disable=SC2086
     limited "finetune $t$S" "$secs" finetune.txt $PY finetune_glue.py --ckpt "$RUN/ckpt.pt" \
       --glue_dir "$GLUE" --tasks "$t" --seeds "$seeds" --device "$DEVICE" \
-      --out "$WORK/glue$S/glue_$t.json" $FT_ARGS
+      --out "$WORK/glue$S/glue_$t.json" "${cache[@]}" $FT_ARGS
   done
   # The tasks' files as one, in finetune_glue.py's layout; the score is the mean over tasks.
   $PY - "$WORK/glue$S" "$RES/glue_gpu$S.json" <<'EOF' 2>&1 | tee -a "$RES/finetune.txt"
@@ -607,6 +633,27 @@ stage_all() {
     | tee -a "$RES/summary.txt"
 }
 
+# RES as at most four files in PACK_TO: the record and the summary as they are, every other
+# result in results.tar.gz, the compile caches in compile_cache.tar (the next machine's CACHE:
+# tar -xf compile_cache.tar -C .carry).
+stage_pack() {
+  [ -n "$PACK_TO" ] || die "pack: name the folder to pack into: pack DEST [RES]"
+  [ -d "$RES" ] || die "pack: $RES: no results to pack"
+  mkdir -p "$PACK_TO" || die "pack: cannot create $PACK_TO"
+  local f
+  for f in points.jsonl summary.txt; do
+    [ -f "$RES/$f" ] && cp "$RES/$f" "$PACK_TO/"
+  done
+  tar -czf "$PACK_TO/results.tar.gz" -C "$RES" --exclude=./compile_cache . \
+    || die "pack: cannot write $PACK_TO/results.tar.gz"
+  if compgen -G "$RES/compile_cache/*.bin" > /dev/null; then
+    tar -cf "$PACK_TO/compile_cache.tar" -C "$RES" compile_cache \
+      || die "pack: cannot write $PACK_TO/compile_cache.tar"
+  fi
+  echo "pack: $(cd "$PACK_TO" && du -h --apparent-size points.jsonl summary.txt results.tar.gz compile_cache.tar 2>/dev/null \
+    | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}') in $PACK_TO"
+}
+
 # The command that made a point, with the settings that were not left at their defaults.
 point_command() {
   local v out=""
@@ -618,10 +665,12 @@ point_command() {
 
 case $STAGE in
   carry) stage_carry "${2:-}" ;;
+  pack) stage_pack ;;
   all|check|prepare|bench|start|status|wait|finetune)
     preflight "$STAGE"
     mkdir -p "$RES" "$WORK" || die "cannot create $RES or $WORK"
     "stage_$STAGE" ;;
   *) echo "usage: bash benchmarks/gpu_measure.sh all [MINUTES=9] [RES] | carry [N]" \
-          "| check|prepare|bench|start|status|finetune [RES] | wait [SECONDS=500] [RES]" >&2; exit 2 ;;
+          "| check|prepare|bench|start|status|finetune [RES] | wait [SECONDS=500] [RES]" \
+          "| pack DEST [RES]" >&2; exit 2 ;;
 esac

@@ -47,7 +47,7 @@ if not __package__:   # run as a path (python benchmarks/selfcheck.py): import f
 
 from ablations import build_model
 from config import SIZES, Config
-from machinery import cli
+from machinery import cli, compile_cache
 from machinery.device import pick_device, refuse_unavailable
 from machinery.step import compile_step
 import train
@@ -68,6 +68,10 @@ def parse_args(argv=None):
     p.add_argument("--regional", action="store_true",
                    help="check the regional compile (each Transformer block compiled, one "
                         "for all its layers; the rest eager) instead of the whole step")
+    p.add_argument("--compile_cache", type=Path, default=None, metavar="FILE",
+                   help="load torch.compile's artifacts from FILE first and save them there "
+                        "after the first step (machinery/compile_cache.py): a loaded artifact "
+                        "is checked as a compiled one is")
     p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
                    help="aot_eager: Dynamo and AOTAutograd without code generation (seconds)")
     args = p.parse_args(argv)
@@ -88,6 +92,7 @@ def main(argv=None):
     model = build_model(cfg).to(device)
     twin = copy.deepcopy(model)
     opt, twin_opt = train.make_optimizer(model, cfg, device), train.make_optimizer(twin, cfg, device)
+    loaded = compile_cache.load(args.compile_cache, device) if args.compile_cache else 0
     torch._dynamo.utils.counters.clear()
     worst, failures = 0.0, []
     with torch._inductor.config.patch(fallback_random=True):
@@ -125,8 +130,13 @@ def main(argv=None):
     where = (f"{args.size}{depth} (batch {cfg.batch_size} x {cfg.seq_len}), {args.backend}"
              f"{', regional' if args.regional else ''}, {device.type}")
     if failures:
+        if loaded:
+            failures.append(f"with {loaded} artifacts loaded from {args.compile_cache}: run "
+                            "again without it to tell a stale cache from a compiler's error")
         print(f"selfcheck: FAILED at {where}: " + "; ".join(failures))
         return 1
+    if args.compile_cache:          # only artifacts that passed are kept for the next machine
+        compile_cache.save(args.compile_cache, device)
     print(f"selfcheck: PASSED at {where}: {args.steps} steps, losses within {worst:.1e} relative "
           f"(tolerance {args.rtol:g}); CUDA graphs {graphs}")
     return 0

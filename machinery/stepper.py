@@ -11,6 +11,9 @@ path here runs its lines).
 - Under torchrun the model is wrapped in DistributedDataParallel (machinery/distributed.py);
   two-stage training, whose other parameters train from half-way, gets a new DDP around the
   same model.
+- --compile_cache FILE loads torch.compile's saved artifacts before the first compile and
+  writes them after the first compiled step (machinery/compile_cache.py): a fresh machine
+  skips most of the compiling.
 - --profile N records N steps with torch.profiler (machinery/profile.py); on a CPU the run
   picks its thread count from timed steps (machinery/threads.py: two threads are faster on an
   idle machine, one on a busy laptop).
@@ -22,6 +25,7 @@ import sys
 
 import torch
 
+from machinery import compile_cache
 from machinery.profile import start_profile
 from machinery.step import compile_step
 from machinery.threads import ThreadChooser
@@ -35,6 +39,11 @@ class Stepper:
         self.training_step, self.raw_model, self.opt = training_step, model, opt
         self.cfg, self.device, self.args, self.dist = cfg, device, args, dist
         compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
+        # the saved artifacts in, before anything compiles; written after the first step
+        self.cache = getattr(args, "compile_cache", None) if args.compile and dist.main else None
+        if self.cache:
+            compile_cache.load(self.cache, device, say)
+        self.say = say
         # DistributedDataParallel where torchrun started several processes, else the model
         self.model = dist.wrap(torch.compile(model) if compile_model else model,
                                find_unused=getattr(model, "stage", None) is not None)
@@ -53,6 +62,9 @@ class Stepper:
         stats, self.step, self.model = compiled_step(
             self.training_step, self.step, self.model, self.raw_model, self.opt, batch, lr,
             self.cfg, self.device, self.args)
+        if self.cache:             # (whether or not the step fell back: what did compile)
+            compile_cache.save(self.cache, self.device, self.say)
+            self.cache = None
         if self.prof:
             self.prof.step()
         if self.threads:

@@ -170,3 +170,35 @@ def pytest_configure(config):
     config.addinivalue_line(
         "filterwarnings",
         r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning")
+    config.addinivalue_line(
+        "markers", "extras: takes another branch where the optional extras (transformers, "
+        "safetensors, datasets) are installed; CI runs it again once they are")
+
+
+# CI's second pass (.ci/run), after installing the optional extras, runs only what they change:
+# the tests the first pass skipped for want of one (their node ids, which the first pass writes
+# to the file ELECTRA_EXTRA_SKIPS names) and the tests marked `extras`. ELECTRA_EXTRAS_PASS names
+# that file in the second pass.
+EXTRAS = ("transformers", "safetensors", "datasets", "tokenizers")
+
+
+def pytest_runtest_logreport(report):
+    log = os.environ.get("ELECTRA_EXTRA_SKIPS")
+    if log and report.skipped and isinstance(report.longrepr, tuple) and \
+            any(f"'{name}" in str(report.longrepr[2]) for name in EXTRAS):
+        with open(log, "a") as f:
+            f.write(report.nodeid + "\n")
+
+
+pytest_collectreport = pytest_runtest_logreport     # (a whole file skipped: its path)
+
+
+def pytest_collection_modifyitems(config, items):
+    skipped = os.environ.get("ELECTRA_EXTRAS_PASS")
+    if skipped is None:
+        return
+    again = set(Path(skipped).read_text().split()) if Path(skipped).is_file() else set()
+    keep = [i for i in items if i.nodeid in again or i.nodeid.split("::")[0] in again
+            or i.get_closest_marker("extras")]
+    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    items[:] = keep

@@ -52,6 +52,8 @@ SCRIPTS = {
         ["--save_every", "-1"],
         ["--threads", "0"], ["--threads", "-1"], ["--threads", "100000"],
         ["--precision", "fp8"], ["--profile", "0"], ["--profile", "-1"],
+        ["--compile_cache", "c.bin"], (["--compile", "--compile_cache", "no/c.bin"], "--compile_cache"),
+        (["--compile", "regional", "--compile_cache", "DIR"], "--compile_cache"),
         (["--bogus"], "--bogus")]),
     "data": (["--name", "n", "--out_root", "root"], [
         ["--corpus", ""], (["--corpus", "c.txt", ""], "--corpus"), ["--hf", ""],
@@ -76,6 +78,8 @@ SCRIPTS = {
     "finetune_glue": (["--ckpt", "none.pt", "--glue_dir", "glue"], [
         ["--ckpt", ""], ["--glue_dir", ""], ["--seeds", "0"], ["--seeds", "-1"],
         ["--out", ""], ["--device", "tpu"], ["--precision", "fp16"],
+        (["--no-compile", "--compile_cache", "c.bin"], "--compile_cache"),
+        (["--compile", "--compile_cache", "no/c.bin"], "--compile_cache"),
         ["--download", ""], (["--download", "FILE"], "--download"),
         ["--max_train", "0"], ["--max_train", "-10"], ["--epochs", "0"], ["--epochs", "-2"],
         ["--lr", "0"], ["--lr", "1"], ["--lr", "-1"], ["--lr", "nan"],

@@ -178,6 +178,7 @@ def test_tokenizers_library_gives_our_ids(exported, tok, paras):
     print(f"tokenizers library: identical ids on {len(texts)} texts")
 
 
+@pytest.mark.extras                     # (safetensors and transformers, where installed)
 def test_bert_and_ablation_checkpoints(tmp_path, tok, capsys):
     cfg, m = tiny_checkpoint(tmp_path / "bert.pt", tok, model="bert")
     r = run("--ckpt", tmp_path / "bert.pt", "--out", tmp_path / "b", capsys=capsys)

@@ -95,8 +95,12 @@ def test_check_records_compile_ok_only_from_a_verdict(tmp_path):
     selfcheck.py; the versions are the real python's.)"""
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\nif [ "$1" = benchmarks/selfcheck.py ]; then\n'
-                    '  printf "%s\\n" "$FAKE_OUT"; exit "$FAKE_RC"\nfi\n'
+                    '  echo "$@" > "$FAKE_ARGS"; printf "%s\\n" "$FAKE_OUT"; exit "$FAKE_RC"\nfi\n'
                     f'exec "{sys.executable}" "$@"\n')
+    # the compile cache an earlier command saved (CACHE) is where the self-check loads it from
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "selfcheck-tiny-regional-all.bin").write_bytes(b"saved before")
     fake.chmod(0o755)
     cases = [(0, "selfcheck: PASSED at tiny", "yes"),
              (1, "step 1: ...\nselfcheck: FAILED at tiny: losses differ", "no"),
@@ -104,7 +108,11 @@ def test_check_records_compile_ok_only_from_a_verdict(tmp_path):
              (1, "Traceback (most recent call last):\nRuntimeError: CUDA out of memory", None)]
     for i, (rc, out, verdict) in enumerate(cases):
         work, res = tmp_path / f"work{i}", tmp_path / f"res{i}"
-        r = stage("check", res, WORK=str(work), PY=str(fake), FAKE_RC=str(rc), FAKE_OUT=out)
+        r = stage("check", res, WORK=str(work), PY=str(fake), FAKE_RC=str(rc), FAKE_OUT=out,
+                  CACHE=str(cache), FAKE_ARGS=str(tmp_path / "args"))
+        mine = res / "compile_cache" / "selfcheck-tiny-regional-all.bin"
+        assert f"--compile_cache {mine}" in (tmp_path / "args").read_text()
+        assert mine.read_bytes() == b"saved before"
         ok = (work / "compile_ok").read_text().strip() if (work / "compile_ok").exists() else None
         assert ok == verdict, (out, ok, r.stdout)
         assert r.returncode == (0 if verdict else 1), r.stdout + r.stderr
@@ -203,6 +211,7 @@ def summary(res):
     return (res / "summary.txt").read_text()
 
 
+@pytest.mark.extras                     # (without transformers, the hf contender's one line)
 def test_bench_alone_prepares_and_a_failing_sub_run_stops_nothing(corpus_file, tmp_path):
     """bench in an empty WORK prepares the corpus itself, and ours, the profile and torchrun
     each record theirs; then, with every limit 1 s, each sub-run that runs out of its time is
@@ -299,3 +308,18 @@ def test_a_point_without_glue_and_the_next_point_from_the_records(corpus_file, t
     assert "BERT-Small to ELECTRA's 2e+12 FLOPs" in s and "finetune" not in s
     rec = json.loads((res / "points.jsonl").read_text())
     assert rec["pretrain"]["model"] == "bert" and rec["glue_tasks"] == [] and rec["glue_score"] is None
+    # pack: the results as a few files, for a machine that hands back only a few
+    (res / "compile_cache" / "pretrain-bert-tiny-regional.bin").write_bytes(b"compiled")
+    r = stage("pack", tmp_path / "packed", res)
+    assert r.returncode == 0 and "results.tar.gz" in r.stdout, r.stdout + r.stderr
+    packed = tmp_path / "packed"
+    assert sorted(p.name for p in packed.iterdir()) == [
+        "compile_cache.tar", "points.jsonl", "results.tar.gz", "summary.txt"]
+    assert (packed / "points.jsonl").read_bytes() == (res / "points.jsonl").read_bytes()
+    import tarfile
+    with tarfile.open(packed / "results.tar.gz") as t:
+        names = t.getnames()
+    assert "./pretrain_log_bert.jsonl" in names and not any("compile_cache" in n for n in names)
+    with tarfile.open(packed / "compile_cache.tar") as t:
+        assert "compile_cache/pretrain-bert-tiny-regional.bin" in t.getnames()
+    one_error_line(stage("pack"), "pack DEST")

@@ -167,14 +167,20 @@ def test_padding_does_not_leak_into_the_loss(tiny):
 
 def test_cli_compile_runs_every_layout_and_records_it(tiny, tmp_path, monkeypatch, capsys):
     """--compile on MNLI (two dev splits, 3 classes) and STS-B: one compile per task, reused
-    by both seeds; the results say it was compiled, at which lengths, in how long."""
+    by both seeds; the results say it was compiled, at which lengths, in how long. With
+    --compile_cache the cache is loaded once before the first compile and saved after each
+    task's (machinery/compile_cache.py; tests/test_compile_cache.py tests what they do)."""
     monkeypatch.setattr(fg, "compile_task", functools.partial(fg.compile_task,
                                                               backend="aot_eager"))
+    calls = []
+    monkeypatch.setattr(fg.compile_cache, "load", lambda path, dev: calls.append(("load", path)))
+    monkeypatch.setattr(fg.compile_cache, "save", lambda path, dev: calls.append(("save", path)))
     write_glue(tmp_path / "g", A * 4, B * 4, Y * 4, ["MNLI", "STS-B"])
-    out = tmp_path / "r.json"
+    out, cache = tmp_path / "r.json", tmp_path / "c.bin"
     code = fg.main(["--ckpt", str(tiny), "--glue_dir", str(tmp_path / "g"), "--epochs", "1",
                     "--seeds", "2", "--compile", "--buckets", "16", "--out", str(out),
-                    "--threads", "1"])
+                    "--threads", "1", "--compile_cache", str(cache)])
+    assert calls == [("load", cache), ("save", cache), ("save", cache)]
     stdout, err = capsys.readouterr()
     assert code == 0, err
     r = json.loads(out.read_text())
