@@ -12,8 +12,8 @@
 #   bash benchmarks/gpu_measure.sh status   [RES]   # its last progress lines, its GPU memory, log.jsonl
 #   bash benchmarks/gpu_measure.sh wait [SEC=500] [RES] # sleep until the run ends or SEC pass, then status
 #   bash benchmarks/gpu_measure.sh finetune [RES]   # wait for the run to end, fine-tune on local GLUE
-#   bash benchmarks/gpu_measure.sh pack DEST [RES]  # RES as at most 4 files in DEST, for a machine
-#                                        #   that hands back only a few files
+#   bash benchmarks/gpu_measure.sh pack DEST [RES]  # RES as a few files in DEST, for a machine that
+#                                        #   hands back only a few
 #
 # Every stage fits one 10-minute command on an H100 and writes its few result files into RES
 # (default $OUT, else out_gpu/results) as soon as it has them; what lasts between stages
@@ -461,7 +461,9 @@ stage_finetune() {
     local cache=()
     if [[ " $FT_ARGS " == *" --compile "* ]] \
        || { [ "$DEVICE" = cuda ] && [[ " $FT_ARGS " != *" --no-compile "* ]]; }; then
-      cache=(--compile_cache "$(cache_file "finetune-$SIZE-$t")")
+      # (one file per head: the tasks of two classes compile the same graphs)
+      cache=(--compile_cache "$(cache_file "finetune-$SIZE-$(case $t in stsb) echo regression ;;
+                                 mnli) echo 3-way ;; *) echo 2-way ;; esac)")")
     fi
     # shellcheck disable=SC2086
     limited "finetune $t$S" "$secs" finetune.txt $PY finetune_glue.py --ckpt "$RUN/ckpt.pt" \
@@ -633,25 +635,31 @@ stage_all() {
     | tee -a "$RES/summary.txt"
 }
 
-# RES as at most four files in PACK_TO: the record and the summary as they are, every other
-# result in results.tar.gz, the compile caches in compile_cache.tar (the next machine's CACHE:
-# tar -xf compile_cache.tar -C .carry).
+# RES as a few files in PACK_TO: the record and the summary as they are, every other result in
+# results.tar.gz, the compile caches in compile_cache.tar.gz - in parts of 15 MiB
+# (compile_cache.tar.gz.00, .01, ...) where larger, for a machine that hands back files of at
+# most 16 MiB; either way `cat compile_cache.tar.gz* | tar -xzf - -C .carry` unpacks them.
 stage_pack() {
   [ -n "$PACK_TO" ] || die "pack: name the folder to pack into: pack DEST [RES]"
   [ -d "$RES" ] || die "pack: $RES: no results to pack"
   mkdir -p "$PACK_TO" || die "pack: cannot create $PACK_TO"
-  local f
+  local f part=$((15 * 1024 * 1024))
   for f in points.jsonl summary.txt; do
     [ -f "$RES/$f" ] && cp "$RES/$f" "$PACK_TO/"
   done
   tar -czf "$PACK_TO/results.tar.gz" -C "$RES" --exclude=./compile_cache . \
     || die "pack: cannot write $PACK_TO/results.tar.gz"
+  rm -f "$PACK_TO"/compile_cache.tar.gz*          # (an earlier pack's parts)
   if compgen -G "$RES/compile_cache/*.bin" > /dev/null; then
-    tar -cf "$PACK_TO/compile_cache.tar" -C "$RES" compile_cache \
-      || die "pack: cannot write $PACK_TO/compile_cache.tar"
+    tar -czf "$PACK_TO/compile_cache.tar.gz" -C "$RES" compile_cache \
+      || die "pack: cannot write $PACK_TO/compile_cache.tar.gz"
+    if [ "$(stat -c %s "$PACK_TO/compile_cache.tar.gz")" -gt "$part" ]; then
+      split -d -b "$part" "$PACK_TO/compile_cache.tar.gz" "$PACK_TO/compile_cache.tar.gz." \
+        && rm "$PACK_TO/compile_cache.tar.gz"
+    fi
   fi
-  echo "pack: $(cd "$PACK_TO" && du -h --apparent-size points.jsonl summary.txt results.tar.gz compile_cache.tar 2>/dev/null \
-    | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}') in $PACK_TO"
+  echo "pack: $(cd "$PACK_TO" && du -h --apparent-size points.jsonl summary.txt results.tar.gz \
+    compile_cache.tar.gz* 2>/dev/null | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}') in $PACK_TO"
 }
 
 # The command that made a point, with the settings that were not left at their defaults.
