@@ -32,6 +32,11 @@ model's L_Disc jumps to 0.91 at step 3, where float32 summation order alone is a
 against eager on a CPU differed there by 2.2e-3 in one run and 1.3e-2 in the next, the first two
 steps within 5e-5 (2-core AMD EPYC, torch 2.13.0; at 1e-4 the three steps agreed within 3.5e-6).
 
+--compile_cache FILE loads torch.compile's artifacts an earlier machine saved before compiling
+(machinery/compile_cache.py), so that what was loaded is checked as a fresh compile is, and
+saves them after a PASS only; after a FAILED check with artifacts loaded, FILE is moved to
+FILE.failed, so that the next run compiles from scratch.
+
 Prints one line per step and a last line `selfcheck: PASSED ...` or `selfcheck: FAILED ...`;
 exits 0 or 1 (2 for bad flags).
 """
@@ -107,7 +112,8 @@ def main(argv=None):
                 compiled = step(batch, lr)
             except Exception as e:                       # compiling failed: that is the answer
                 print(f"selfcheck: FAILED: the compiled step raised {type(e).__name__}: "
-                      f"{(str(e).splitlines() or [''])[0][:200]}")
+                      f"{(str(e).splitlines() or [''])[0][:200]}"
+                      + (f"; {set_aside(args.compile_cache, loaded)}" if loaded else ""))
                 return 1
             diffs = {k: abs(compiled[k].item() - eager[k].item()) / abs(eager[k].item())
                      for k in ("mlm_loss", "disc_loss")}
@@ -131,8 +137,7 @@ def main(argv=None):
              f"{', regional' if args.regional else ''}, {device.type}")
     if failures:
         if loaded:
-            failures.append(f"with {loaded} artifacts loaded from {args.compile_cache}: run "
-                            "again without it to tell a stale cache from a compiler's error")
+            failures.append(set_aside(args.compile_cache, loaded))
         print(f"selfcheck: FAILED at {where}: " + "; ".join(failures))
         return 1
     if args.compile_cache:          # only artifacts that passed are kept for the next machine
@@ -140,6 +145,18 @@ def main(argv=None):
     print(f"selfcheck: PASSED at {where}: {args.steps} steps, losses within {worst:.1e} relative "
           f"(tolerance {args.rtol:g}); CUDA graphs {graphs}")
     return 0
+
+
+def set_aside(cache, loaded):
+    """A check failed with `loaded` artifacts from `cache`: the file moved to cache.failed, so
+    that the next run compiles from scratch; the line that says so."""
+    aside = cache.with_name(cache.name + ".failed")
+    try:
+        cache.replace(aside)
+    except OSError:
+        return f"with {loaded} artifacts loaded from {cache}: delete it and run again"
+    return (f"with {loaded} artifacts loaded from {cache}, now moved to {aside}: run again, "
+            "compiling from scratch, to tell a stale cache from a compiler's error")
 
 
 if __name__ == "__main__":

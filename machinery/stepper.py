@@ -39,8 +39,9 @@ class Stepper:
         self.training_step, self.raw_model, self.opt = training_step, model, opt
         self.cfg, self.device, self.args, self.dist = cfg, device, args, dist
         compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
-        # the saved artifacts in, before anything compiles; written after the first step
-        self.cache = getattr(args, "compile_cache", None) if args.compile and dist.main else None
+        # the saved artifacts in, before anything compiles (every process: each compiles);
+        # written after the first step, by one
+        self.cache = getattr(args, "compile_cache", None) if args.compile else None
         if self.cache:
             compile_cache.load(self.cache, device, say)
         self.say = say
@@ -63,7 +64,8 @@ class Stepper:
             self.training_step, self.step, self.model, self.raw_model, self.opt, batch, lr,
             self.cfg, self.device, self.args)
         if self.cache:             # (whether or not the step fell back: what did compile)
-            compile_cache.save(self.cache, self.device, self.say)
+            if self.dist.main:
+                compile_cache.save(self.cache, self.device, self.say)
             self.cache = None
         if self.prof:
             self.prof.step()

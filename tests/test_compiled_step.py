@@ -292,7 +292,7 @@ def test_compiling_is_not_schedule_time_so_the_warm_up_survives_it(data_dir, tmp
     assert "step 1: compiling, the first batch took" in said and "not counted" in said
 
 
-def test_the_self_check_passes_and_fails_where_it_should(monkeypatch, capsys):
+def test_the_self_check_passes_and_fails_where_it_should(monkeypatch, capsys, tmp_path):
     """benchmarks/selfcheck.py at the tiny size (aot_eager, one of its two layers): PASSED as
     it is, and FAILED with exit 1 when the compiled step loses one update (step 2 at learning
     rate 0): its default learning rates (1e-4, 2e-4, 3e-4) move L_Disc by far more than its
@@ -315,3 +315,13 @@ def test_the_self_check_passes_and_fails_where_it_should(monkeypatch, capsys):
     assert selfcheck.main(argv) == 1
     out = capsys.readouterr().out
     assert "selfcheck: FAILED" in out and "losses differ" in out
+    # with artifacts loaded from a compile cache (--compile_cache), a failure sets the file
+    # aside, so that the next run compiles from scratch; a pass would keep and rewrite it
+    cache = tmp_path / "c.bin"
+    cache.write_bytes(b"saved by an earlier machine")
+    monkeypatch.setattr(selfcheck.compile_cache, "load", lambda path, dev: 5)
+    torch._dynamo.reset()
+    assert selfcheck.main(argv + ["--compile_cache", str(cache)]) == 1
+    out = capsys.readouterr().out
+    assert "with 5 artifacts loaded from" in out and not cache.exists()
+    assert (tmp_path / "c.bin.failed").read_bytes() == b"saved by an earlier machine"
