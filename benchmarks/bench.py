@@ -180,7 +180,12 @@ class Contender:
     def eager_costs(self):
         """Two more eager steps, measured: the aten operations one dispatches (OpCounter) and
         the bytes the other saves for backward (saved_bytes) - apart, because saved-tensor hooks
-        change which operations autograd dispatches."""
+        change which operations autograd dispatches. Eager even where blocks were compiled
+        (regional): Dynamo would otherwise trace the hooks, and recompile for them."""
+        with torch.compiler.set_stance("force_eager"):
+            return self._eager_costs()
+
+    def _eager_costs(self):
         b, lr = self.next_batch()
         with OpCounter() as ops:
             training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
