@@ -129,7 +129,7 @@ def parse_args(argv=None):
                         "fastest step, minutes to compile; regional compiles each Transformer "
                         "block, one for all its layers, and runs the rest eagerly: a fraction "
                         "of the compiling time, for short runs")
-    p.add_argument("--compile_cache", type=Path, default=None, metavar="FILE",
+    p.add_argument("--compile_cache", type=cli.out_file, default=None, metavar="FILE",
                    help="with --compile: load torch.compile's artifacts from FILE before "
                         "compiling and save them there after the first step, so that a fresh "
                         "machine skips most of the compiling (machinery/compile_cache.py)")
@@ -224,10 +224,6 @@ def check_args(args):
     if args.compile_cache and not args.compile:
         raise DataError("--compile_cache keeps what --compile compiles: add --compile (or "
                         "--compile regional), or leave --compile_cache out")
-    if args.compile_cache and (args.compile_cache.is_dir()
-                               or not args.compile_cache.parent.is_dir()):
-        raise DataError(f"--compile_cache {args.compile_cache}: give a file in an existing "
-                        "folder (it is created after the first compiled step)")
 
 
 def _main(args, dist):

@@ -312,16 +312,15 @@ def parse_args(argv=None):
                    help="with --compile: the sequence lengths a batch is padded up to "
                    f"(default {','.join(map(str, DEFAULT_BUCKETS))}; the model's max length "
                    "is always one)")
-    p.add_argument("--compile_cache", type=Path, metavar="FILE",
+    p.add_argument("--compile_cache", type=cli.out_file, metavar="FILE",
                    help="with --compile: load torch.compile's artifacts from FILE before "
                    "compiling and save them there after each task's graphs, so that a fresh "
                    "machine skips most of the compiling (machinery/compile_cache.py)")
     args = p.parse_args(argv)
     refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
-    if args.compile_cache and (args.compile is False or args.compile_cache.is_dir()
-                               or not args.compile_cache.parent.is_dir()):
-        p.error(f"--compile_cache {args.compile_cache}: a file in an existing folder, for the "
-                "graphs of --compile (on with CUDA, or given)")
+    if args.compile_cache and args.compile is False:
+        p.error("--compile_cache keeps what --compile compiles: drop --no-compile, or leave "
+                "--compile_cache out")
     if args.buckets and args.compile is not True and (args.compile is False or
                                                      pick_device(args.device).type != "cuda"):
         p.error("--buckets: only with --compile (the eager path pads each batch to its own "

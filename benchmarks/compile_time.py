@@ -63,7 +63,7 @@ def one(mode, device, size, batch_size, layers, cache=None, cache_action=None):
     cpu = sum(getattr(r, f) for r in (resource.getrusage(resource.RUSAGE_SELF),
                                        resource.getrusage(resource.RUSAGE_CHILDREN))
               for f in ("ru_utime", "ru_stime"))
-    return dict(mode=mode + ("+cache" if loaded else ""), first_step_s=times[0],
+    return dict(mode=mode + ("+cache" if cache_action == "load" else ""), first_step_s=times[0],
                 next_steps_s=times[1:], cpu_s=cpu, disc_losses=losses, artifacts_loaded=loaded,
                 device=device, size=size, batch_size=cfg.batch_size, layers=cfg.disc.layers,
                 torch=torch.__version__)
@@ -99,7 +99,8 @@ def main(argv=None):
     for mode in [m for m in by if m + "+cache" in by]:
         same = by[mode]["disc_losses"] == by[mode + "+cache"]["disc_losses"]
         print(f"{mode}+cache / {mode}, first step: "
-              f"{by[mode + '+cache']['first_step_s'] / by[mode]['first_step_s']:.2f}; losses "
+              f"{by[mode + '+cache']['first_step_s'] / by[mode]['first_step_s']:.2f} "
+              f"({by[mode + '+cache']['artifacts_loaded']} artifacts loaded); losses "
               + ("equal" if same else f"DIFFER: {by[mode]['disc_losses']} against "
                                       f"{by[mode + '+cache']['disc_losses']}"))
     if "whole" in by and "regional" in by:

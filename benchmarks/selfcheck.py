@@ -73,7 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--regional", action="store_true",
                    help="check the regional compile (each Transformer block compiled, one "
                         "for all its layers; the rest eager) instead of the whole step")
-    p.add_argument("--compile_cache", type=Path, default=None, metavar="FILE",
+    p.add_argument("--compile_cache", type=cli.out_file, default=None, metavar="FILE",
                    help="load torch.compile's artifacts from FILE first and save them there "
                         "after the first step (machinery/compile_cache.py): a loaded artifact "
                         "is checked as a compiled one is")
@@ -150,6 +150,7 @@ def main(argv=None):
 def set_aside(cache, loaded):
     """A check failed with `loaded` artifacts from `cache`: the file moved to cache.failed, so
     that the next run compiles from scratch; the line that says so."""
+    cache = Path(cache)
     aside = cache.with_name(cache.name + ".failed")
     try:
         cache.replace(aside)

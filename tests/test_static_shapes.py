@@ -180,7 +180,7 @@ def test_cli_compile_runs_every_layout_and_records_it(tiny, tmp_path, monkeypatc
     code = fg.main(["--ckpt", str(tiny), "--glue_dir", str(tmp_path / "g"), "--epochs", "1",
                     "--seeds", "2", "--compile", "--buckets", "16", "--out", str(out),
                     "--threads", "1", "--compile_cache", str(cache)])
-    assert calls == [("load", cache), ("save", cache), ("save", cache)]
+    assert calls == [("load", str(cache)), ("save", str(cache)), ("save", str(cache))]
     stdout, err = capsys.readouterr()
     assert code == 0, err
     r = json.loads(out.read_text())
