@@ -144,7 +144,13 @@ class StaticShapes:
     def warm_up(self, model, autocast, pad_id):
         """Compile every graph now, on dummy batches (weight 0: no parameter changes; the
         gradients are dropped): training and evaluation at each bucket. CUDA graphs are
-        recorded on a later call than the first, hence three calls there."""
+        recorded on a later call than the first, hence three calls there.
+
+        The gradients are dropped after *every* backward, as the training loop drops them
+        after every step: a parameter's .grad left from one call would be added to by the next,
+        and on CUDA that .grad is memory of the backward graph's pool, which the next replay
+        overwrites ("accessing tensor output of CUDAGraphs that has been overwritten by a
+        subsequent run", seen on an H200 with torch 2.11: docs/gpu-runs/h200-2026-11-28)."""
         was_training = model.training
         calls = 3 if self.cuda_graphs else 1
         for T in self.buckets:
@@ -154,7 +160,7 @@ class StaticShapes:
             model.train()
             for _ in range(calls):
                 (self.loss(model, data, np.zeros(1, dtype=np.int64), labels, autocast) * 0).backward()
-            model.zero_grad(set_to_none=True)
+                model.zero_grad(set_to_none=True)
             for _ in range(calls):
                 self.predict(model, fake, pad_id, autocast)
         model.train(was_training)

@@ -163,6 +163,27 @@ def test_padding_does_not_leak_into_the_loss(tiny):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_warm_up_drops_the_gradients_after_every_backward(tiny, monkeypatch):
+    """Each warm-up call starts with no gradient on any parameter: on CUDA a gradient left from
+    the previous call lies in the backward graph's memory, which the next replay overwrites
+    (seen on a GPU as "accessing tensor output of CUDAGraphs that has been overwritten"). The
+    CUDA path's three calls per bucket are stood in for (cuda_graphs=True on the CPU, where
+    mark_step_begin is harmless)."""
+    state, shapes, tok, _ = fg.load_pretrained(tiny)
+    model = fg.build_classifier(state, shapes, 2, 0.0)
+    static = StaticShapes([16], 16, 4, CPU, regression=False, backend="aot_eager")
+    static.cuda_graphs = True
+    seen, loss = [], StaticShapes.loss
+
+    def spy(self, model, *a, **k):
+        seen.append(sum(p.grad is not None for p in model.parameters()))
+        return loss(self, model, *a, **k)
+    monkeypatch.setattr(StaticShapes, "loss", spy)
+    static.warm_up(model, FP32, tok.pad_id)
+    assert len(seen) == 3 and seen == [0, 0, 0]
+    assert all(p.grad is None for p in model.parameters())
+
+
 # ----------------------------------------------------------------------------- command line
 
 def test_cli_compile_runs_every_layout_and_records_it(tiny, tmp_path, monkeypatch, capsys):
