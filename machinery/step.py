@@ -37,6 +37,7 @@ Outside the graph: masking (§2's mask step), which runs on the CPU with each ba
 import torch
 from torch.utils._pytree import tree_map
 
+from machinery.cuda_graph import autocast_for_graphs, recorded_step
 from machinery.device import pick_precision
 
 
@@ -107,9 +108,10 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
     G's head and the sample x̂, x_corrupt, D's head, both losses, clipping and Adam - runs
     eagerly, as `update`'s own lines.
 
-    The price: the kernels between the blocks are launched one by one, and no CUDA graph
-    replays the step, so on a GPU a step costs more than the whole step's (bench.py's
-    ours_regional against ours_compiled measures it). What was tried first, and why not
+    The price: the kernels between the blocks are not fused, and each is launched on its own.
+    On a GPU that made the step no faster than eager (16.8 against 17.4 steps/s on an H200), so
+    there the step is recorded as a CUDA graph (machinery/cuda_graph.py) and replayed with one
+    launch; bench.py's ours_regional against ours_compiled measures what is left. What was tried first, and why not
     (docs/gpu.md): the blocks as nested compile regions inside one compiled graph
     (torch.compiler.nested_compile_region) - inside the whole step, whose backward is traced
     into the graph, torch 2.13 dropped the gradients through the regions; in a compiled model,
@@ -120,7 +122,13 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
     # graph break inside a block would show there)
     for block in repeated_blocks(model):
         block.compile(fullgraph=False, backend=backend)
-    autocast = pick_precision(precision, device)[1]
+    name, autocast = pick_precision(precision, device)
+    # On a GPU the step is then recorded as one CUDA graph and replayed (machinery/cuda_graph.py):
+    # without it the step is bound by launching its kernels, no faster than eager (H200).
+    # Not with two-stage training, whose second stage trains other parameters than the first.
+    if device.type == "cuda" and backend == "inductor" and getattr(model, "stage", None) is None:
+        return recorded_step(update, model, opt, grad_clip, device,
+                             autocast_for_graphs(name, device))
 
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}

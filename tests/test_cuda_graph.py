@@ -1,0 +1,104 @@
+"""machinery/cuda_graph.py: the regional step recorded as a CUDA graph. No GPU here, so CUDA's
+streams and graphs are stood in on the CPU: a stand-in graph runs the recorded body again at
+every replay and copies its outputs into the recorded ones, which is what a replay does. What
+this checks is the bookkeeping around the recording - each new batch copied into the recorded
+batch, the learning rate read from tensors filled in place, the statistics copied out before
+the next replay, the warm-up steps, a batch of another shape run unrecorded - against the eager
+train.training_step, step for step. That the recording itself is right on a GPU is checked there,
+by benchmarks/selfcheck.py --regional (4 steps against eager, the last two recorded)."""
+import contextlib
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+import train
+from ablations import build_model
+from benchmarks import bench
+from config import SIZES, Config
+from machinery import cuda_graph
+
+CPU = torch.device("cpu")
+
+
+class StandInGraph:
+    """A CUDA graph on the CPU: the recording ran the body once (the real one runs nothing, and
+    its first replay runs it: so the first replay here does nothing); every later replay runs
+    the body again and writes its outputs where the recorded outputs are."""
+
+    def __init__(self):
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        if self.replays > 1:
+            for k, v in self.body().items():
+                if torch.is_tensor(v):
+                    self.outputs[k].copy_(v)
+
+
+def stand_in_record(graph, body):
+    graph.body, graph.outputs = body, body()
+    return graph.outputs
+
+
+@pytest.fixture
+def cpu_cuda(monkeypatch):
+    class Stream:
+        def __init__(self, device=None):
+            pass
+
+        def wait_stream(self, other):
+            pass
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
+    monkeypatch.setattr(cuda_graph, "record_into", stand_in_record)
+
+
+def test_recorded_step_trains_as_the_eager_step(cpu_cuda, monkeypatch):
+    """Six steps at a learning rate that changes every step (two warm-up, the recording, three
+    replays, one batch of another length run unrecorded in between): the losses equal the
+    eager step's, and so do the weights after the last."""
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
+    cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    twin = copy.deepcopy(model)
+    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    batches = bench.make_batches(cfg, n=6)["electra"]
+    batches[4] = tree_map(lambda t: t[:3].clone(), batches[4])   # 3 rows: run unrecorded
+    step = cuda_graph.recorded_step(train.update, twin, twin_opt, cfg.grad_clip, CPU,
+                                    contextlib.nullcontext)
+    for i, batch in enumerate(batches):
+        lr = 1e-3 * (i + 1)
+        torch.manual_seed(i)                              # the sample x̂: the same draws
+        eager = train.training_step(model, opt, batch, lr, cfg, CPU, "fp32")
+        torch.manual_seed(i)
+        got = step(batch, lr)
+        for k in ("mlm_loss", "disc_loss"):
+            assert got[k].item() == pytest.approx(eager[k].item(), rel=1e-5), (i, k)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(torch.is_tensor(g["lr"]) and g["lr"].item() == pytest.approx(6e-3)
+               for g in twin_opt.param_groups)
+
+
+def test_the_statistics_are_copies(cpu_cuda):
+    """What a step returns is not overwritten by the next replay (the loop logs a step's
+    statistics later)."""
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
+    cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    opt = train.make_optimizer(model, cfg, CPU)
+    step = cuda_graph.recorded_step(train.update, model, opt, cfg.grad_clip, CPU,
+                                    contextlib.nullcontext, warmup=1)
+    batches = bench.make_batches(cfg, n=4)["electra"]
+    out = [step(b, 1e-3) for b in batches]
+    kept = [o["disc_loss"].item() for o in out]
+    assert len(set(kept)) == 4                       # each step's own value, none overwritten
