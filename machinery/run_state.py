@@ -37,7 +37,11 @@ class RunState:
             data.load_state_dict(resume["data"])          # the exact next batch ...
             set_rng_state(resume["rng"])                  # ... and the exact next masks
         self.data_state = data.state_dict()               # position after the last used batch
-        self.setup_steps = 2 if args.compile and device.type == "cuda" else 1
+        # the steps that are setup, not training: compiling (the first); on a GPU recording the
+        # CUDA graph (the whole step: the second; the regional step: the third, after two
+        # warm-up steps, machinery/cuda_graph.py)
+        self.setup_steps = ((3 if args.compile == "regional" else 2)
+                            if args.compile and device.type == "cuda" else 1)
 
     def start_clock(self):
         """From now on the run's time counts (called as the loop starts)."""
