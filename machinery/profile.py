@@ -5,7 +5,7 @@ operations that took the most time (on a GPU their device time, on a CPU their C
 out/profile_top.json keeps the top 20 with each one's share of the profiled steps' time.
 
 The profiled steps start after WAIT steps: the first steps compile the step, and on a GPU the
-compiled step records its CUDA graph at the second, so the steps profiled are the replays a
+compiled step records its CUDA graph at the second (the regional step at the third), so the steps profiled are the replays a
 run spends its time in, not the setup (and no graph is recorded under the profiler).
 """
 import json
