@@ -49,7 +49,8 @@ def record_into(graph, body):
     """body()'s kernels recorded into `graph` (not run: graph.replay() runs them); returns
     body()'s outputs, which every replay writes anew. (A function of its own so that the tests
     can stand in for CUDA on a CPU.)"""
-    with torch.cuda.graph(graph):
+    # thread_local: the batch-making thread may pin memory while the step is recorded
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         return body()
 
 
@@ -105,5 +106,5 @@ def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2):
                 a.copy_(b, non_blocking=True)
         state["graph"].replay()
         # the next replay overwrites the recorded outputs: the (few, scalar) statistics copied
-        return {k: v.clone() if torch.is_tensor(v) else v for k, v in state["stats"].items()}
+        return tree_map(lambda v: v.clone() if torch.is_tensor(v) else v, state["stats"])
     return step
