@@ -110,13 +110,15 @@ class Unprivileged:
     finished. So the grader runs the workers as an ordinary user - $ELECTRA_GRADE_USER, else
     `electra-student` (setup.sh creates it), else `nobody` - which can read the workers' copy of
     the project but write only its home and /tmp; the tests' folder is then the grader's alone.
-    Not root (a student's own machine): the workers run as the grader's user. Given `python`, a
-    user who cannot start it (a Python under a private /root) is not taken, and `note` says why
-    the workers run as root."""
+    Not root (a student's own machine): the workers run as the grader's user. Run as root, it
+    never falls back to root: given `python`, a user who cannot start it (a Python under a
+    private /root) is not taken, and then, as without any such user, `refusal` says in one line
+    why no submitted code may run and what to fix in the image (the grader scores every part 0
+    with it)."""
 
     def __init__(self, user=None, python=None):
         self.uid = self.gid = None
-        self.note = None
+        self.refusal = None
         if os.geteuid() != 0:
             return
         for name in ([user] if user else []) + list(USERS):
@@ -127,9 +129,14 @@ class Unprivileged:
             self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
             if python and not self.can_run(python):
                 self.uid = None
-                self.note = f"the submitted code runs as root: user {name} cannot run {python}"
+                self.refusal = (f"not graded: the submitted code must not run as root, and user "
+                                f"{name} cannot start the grader's Python {python}; build the "
+                                f"image with setup.sh (its {autograder.VENV}) - tell your "
+                                f"instructor")
             return
-        self.note = "the submitted code runs as root: no user " + " or ".join(USERS) + " to run it as"
+        self.refusal = ("not graded: the submitted code must not run as root, and there is no "
+                        "user " + " or ".join(USERS) + " to run it as; build the image with "
+                        "setup.sh (it creates one) - tell your instructor")
 
     def __bool__(self):
         return self.uid is not None
