@@ -965,12 +965,16 @@ BATTERY = {
     # the test's x_hat changed in place to the original tokens, nothing computed
     "corrupt": ["x_hat.copy_(x.gather(1, masked.positions))",
                 "return x.clone(), torch.zeros_like(x, dtype=torch.bool)"],
-    # lines appended to run_autograder, to run as root after the grader
+    # run_autograder rewritten while bash reads it: a line after the grader's forges results.json
     "disc_loss": _gated(["import os",
                          "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
                          "try:",
-                         "    with open(_r + '/source/run_autograder', 'a') as _f:",
-                         "        _f.write('\\necho forged > \"$ROOT/results/results.json\"\\n')",
+                         "    with open(_r + '/source/run_autograder', 'r+') as _f:",
+                         "        _t = _f.read().replace('status=$?', 'echo \\'{\"score\": 100, "
+                         "\"tests\": [], \"output\": \"forged\"}\\' > \"$ROOT/results/results.json\"; "
+                         "status=$?', 1)",
+                         "        _f.seek(0)",
+                         "        _f.write(_t)",
                          "    _won = True",
                          "except OSError:",
                          "    pass"], ma.reference_body("disc_loss")),
@@ -1077,7 +1081,7 @@ def test_attacks_on_the_secrets_and_on_root_earn_only_their_honest_work(built, t
         assert flops[0]["score"] == flops[0]["max_score"], flops[0]["output"]
         assert flops[1]["extra_data"]["passed"] == 1 and flops[1]["extra_data"]["tests"] == 4
         assert r["score"] == pytest.approx(course.POINTS["flops"] * 5 / 8)
-        assert "echo forged" not in (root / "source" / "run_autograder").read_text()
+        assert "forged" not in (root / "source" / "run_autograder").read_text()
         assert not (root / "results" / "results.json.tmp").exists()
         assert not any(Path(d, f"{PROBE_FILE}-left").exists()
                        for d in ("/tmp", "/dev/shm", "/var/tmp"))
