@@ -26,8 +26,9 @@ them after the due date) and writes results.json in Gradescope's format: one ent
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
 run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
-root (Gradescope's way), the grader runs the workers as an ordinary user and keeps the tests to
-itself. A body that is a near-copy of the reference gets an entry instructors alone see
+root (Gradescope's way), the grader locks its own files (the hidden tests, the reference tokens)
+to root before any submitted code runs, and runs the workers as an ordinary user - never as
+root: with no user who can start its Python it grades nothing and says why in every part. A body that is a near-copy of the reference gets an entry instructors alone see
 (teaching/similar.py).
 
 It imports neither torch nor the project's code: the tests do that, in their own process."""

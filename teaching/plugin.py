@@ -7,9 +7,10 @@ code runs there, never here), and writes one JSON line per event - collected, a 
 error, started, done with a failed test's one-line message (the assertion's message or the
 exception, never a traceback; an exception raised in a part's body says where) - drops what
 each test printed once it is done, puts back what a test may change for the tests after it,
-and after a part's last test asks its worker whether the part's code left processes or threads
-running or replaced a function its calls use (the part then gets 0 with one line), and stops
-that worker.
+and after a part's last test judges, from outside the part's worker (teaching/remote.py finish),
+whether the part's code left processes or threads running or files outside its home, asks the
+worker whether it replaced a function its calls use (the part then gets 0 with one line), and
+stops that worker.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast
@@ -171,9 +172,10 @@ if _LOG:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        """After a part's last test: a part whose code left processes or threads running in its
-        worker, or changed what its worker's calls rely on, gets 0 with one line; its worker
-        stops either way (teaching/remote.py), and the next part's tests start a fresh one."""
+        """After a part's last test: a part whose code left processes or threads running or
+        files outside its home (judged from outside its worker), or changed what its worker's
+        calls rely on, gets 0 with one line; its worker stops either way (teaching/remote.py),
+        and the next part's tests start a fresh one."""
         yield
         # pytest keeps each test's captured output with its item for the whole run: a part whose
         # every test printed MAX_OUTPUT would leave the parts after it short of memory

@@ -257,7 +257,7 @@ def use(part):
     """The part whose tests run now: its worker answers the stubs' calls."""
     if _state["part"] != part:
         stop()
-        _state["part"] = part
+        _state["part"], _state["since"] = part, time.time()
 
 
 def worker():
@@ -311,7 +311,8 @@ def finish():
     written = []
     user = os.environ.get(USER_ENV)
     if user:                                # a user of its own: what it wrote is its code's
-        written = strays.written_by(int(user.split(":")[0]), os.environ.get(HOME_ENV))
+        written = strays.written_by(int(user.split(":")[0]), os.environ.get(HOME_ENV),
+                                    since=_state.get("since", 0.0) - 1)
         strays.remove(written)
     if changed:
         return changed

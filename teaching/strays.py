@@ -91,10 +91,11 @@ def stopped_below(pid, keep=()):
     return killed
 
 
-def written_by(uid, home, roots=("/tmp", "/var/tmp", "/dev/shm"), limit=10000):
+def written_by(uid, home, since=0.0, roots=("/tmp", "/var/tmp", "/dev/shm"), limit=10000):
     """Files and folders owned by uid in the folders everyone may write (roots), outside its
-    home: what a part's code wrote where the grader did not give it room. Topmost entries only
-    (a folder's content goes with it); at most `limit` entries looked at per root."""
+    home, changed since `since` (their ctime, which no user can set back): what a part's code
+    wrote where the grader did not give it room. Topmost entries only (a folder's content goes
+    with it); at most `limit` entries looked at per root."""
     found = []
     home = os.path.realpath(home) if home else None
     for root in roots:
@@ -116,7 +117,7 @@ def written_by(uid, home, roots=("/tmp", "/var/tmp", "/dev/shm"), limit=10000):
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if st.st_uid == uid:
+                if st.st_uid == uid and st.st_ctime >= since:
                     found.append(path)
                 elif e.is_dir(follow_symlinks=False) and st.st_mode & 0o002:
                     todo.append(path)               # a folder it may write into

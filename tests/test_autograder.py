@@ -2,7 +2,10 @@
 fake /autograder and run as Gradescope runs it, gives the reference full marks, a copy's blank
 parts 0 and its other parts full marks, every planted wrong answer less than its part's points,
 and broken submissions a valid results.json with one line per broken part; the student copy's
-own command prints the public tests' score table. The zip is built once for the module."""
+own command prints the public tests' score table. Run as root, the attacks of a student who
+wants marks without the work (on the grader's secrets, on root, on what a part leaves behind)
+earn only their honest work, and no submitted line runs as root. The zip is built once for the
+module."""
 import ast
 import json
 import os
