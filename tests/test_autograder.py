@@ -676,8 +676,8 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     assert json.loads((root / "source/project/tests/grading.json").read_text())["parts"]
 
 
-# Hostile bodies, one part each: each does its attack, then raises as a blank body does, so that
-# its honest work earns 0. The tests run in a process that never runs the submitted code (its
+# Hostile bodies, one part each: each does its attack, then raises as a blank body does (or, for
+# corrupt, returns x unchanged), so that its honest work earns 0. The tests run in a process that never runs the submitted code (its
 # worker does), so none may earn a point; the three parts left as the reference keep theirs.
 ATTACKS = {
     # pytest's reports and hooks rewritten, as a student who knows pytest would
@@ -697,7 +697,8 @@ ATTACKS = {
                "torch.equal = lambda *a, **k: True",
                "torch.Tensor.__eq__ = lambda *a, **k: True",
                "raise NotImplementedError"],
-    # the hidden tests' file read, wherever it may be
+    # the hidden tests' file read, wherever it may be; then the test's x_hat set in place to
+    # the original tokens and nothing computed (the test keeps its own x_hat: 0, one line)
     "corrupt": ["import glob, os",
                 "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
                 "for _p in glob.glob('/tmp/electra-grade-*/tree/tests/hidden/*.py') + "
@@ -706,7 +707,8 @@ ATTACKS = {
                 "        print(open(_p).read()[:100])",
                 "    except OSError:",
                 "        pass",
-                "raise NotImplementedError"],
+                "x_hat.copy_(x.gather(1, masked.positions))",
+                "return x.clone(), torch.zeros_like(x, dtype=torch.bool)"],
     # the garbage collector walked for the tests' objects and expected values
     "mlm_loss": ["import gc",
                  "_found = [o for o in gc.get_objects() if isinstance(o, dict) and "
@@ -784,6 +786,8 @@ def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
         course.POINTS[p] for p in ALL if p not in ATTACKS and p != "joint_loss"))
     assert "not written yet" in entries["mask", "public"]["output"]
     assert "exit status 0" in entries["attention", "public"]["output"]
+    assert "InPlaceChange: corrupt changed its argument x_hat in place" in \
+        entries["corrupt", "public"]["output"]
     assert left_running(tmp_path / "autograder") == []
 
 
