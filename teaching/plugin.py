@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, part_of
+from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, TESTS_ENV, part_of
 from teaching.worker import body_regions
 
 _LOG = os.environ.get(LOG_ENV)
@@ -124,6 +124,26 @@ def remote_env():
 def pytest_unconfigure(config):
     if "teaching.remote" in sys.modules:
         sys.modules["teaching.remote"].stop(template=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests the grader named ($ELECTRA_GRADE_TESTS: a test file, or a test by name), in
+    its order, each part's together; the rest of their files (other parts' hidden tests)
+    deselected."""
+    wanted = os.environ.get(TESTS_ENV) if _LOG else None
+    if not wanted:
+        return
+    order = {nid: i for i, nid in enumerate(json.loads(wanted))}
+
+    def rank(item):
+        nid = item.nodeid
+        for key in (nid, nid.split("[")[0], nid.partition("::")[0]):
+            if key in order:
+                return order[key]
+        return None
+    keep = [i for i in items if rank(i) is not None]
+    config.hook.pytest_deselected(items=[i for i in items if rank(i) is None])
+    items[:] = sorted(keep, key=rank)          # (a stable sort: a file's tests in its order)
 
 
 def pytest_collection_finish(session):

@@ -30,6 +30,7 @@ from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 HIDDEN = Path(autograder.HIDDEN)            # where the autograder puts the hidden tests
 PUBLIC = "tests/parts/test_part_{}.py"
 LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
+TESTS_ENV = "ELECTRA_GRADE_TESTS"         # the node ids to run, in order (JSON), for the plugin
 MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold
 MESSAGE_CHARS = 240                       # a failure message is cut to one line of this length
 EXIT_GRACE_S = 10                         # how long the tests' process may take to end
@@ -237,13 +238,18 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
     the parts left for the next one."""
     log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
     ids = [i for p in pending for i in node_ids(tree, p, hidden)]
+    # the test files on the command line, the tests to run (the hidden ones by name) in the
+    # environment: a process's command line is everyone's to read (/proc/<pid>/cmdline), its
+    # environment its owner's alone, and the hidden tests' names say what they test
+    files = list(dict.fromkeys(i.partition("::")[0] for i in ids))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "-p", "teaching.plugin", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
+           "-p", "teaching.plugin", "--tb=no", "--show-capture=no", "-W", "ignore", *files]
     # glibc's malloc returns a freed block of 1 MiB or more to the system at once (by default
     # its threshold grows with the blocks freed, and the memory of one part's large tensors
     # stays with the process): one part's tests do not leave the next short of memory
     env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MALLOC_MMAP_THRESHOLD_=str(2 ** 20))
+    env[TESTS_ENV] = json.dumps(ids)
     env[remote.TREE_ENV] = str(code or tree)
     env[remote.PARTS_ENV] = ",".join(pending)
     env[remote.HOME_ENV] = str(home or code or tree)

@@ -914,11 +914,12 @@ def _gated(attack, gain):
 # markers of the secrets, built so that these lines do not hold them (the probe reads the
 # submission too): the hidden tests, the reference bodies' tokens, the instructor's notes
 _MARKERS = ["_marks = ['def test_' + 'mask__', 'VOCAB = 30' + '522', '{\"mask\"' + ': [',",
-            "          '# Instructor' + \"'s notes\"]"]
+            "          '# Instructor' + \"'s notes\", 'test_hidden.py' + '::test_']"]
 
 PROBE = [
     # every path under the autograder's root and the grader's folders in /tmp, the secret
     # files by name too, every inherited descriptor, the environment and every process's
+    # environment and command line (which would name the hidden tests)
     "import builtins, glob, os",
     "if not hasattr(builtins, '_probe'):",
     *["    " + l for l in _MARKERS],
@@ -930,7 +931,8 @@ PROBE = [
     "            _paths += [os.path.join(_d, _f) for _f in _fs]",
     "            _paths += [os.path.join(_d, _x, 'tests/hidden/test_hidden.py') for _x in _ds]",
     "    _paths += ['/proc/self/fd/' + _f for _f in os.listdir('/proc/self/fd')]",
-    "    _paths += [f'/proc/{_p}/environ' for _p in os.listdir('/proc') if _p.isdigit()]",
+    "    _paths += [f'/proc/{_p}/{_w}' for _p in os.listdir('/proc') if _p.isdigit()",
+    "               for _w in ('environ', 'cmdline')]",
     "    _found, _tried = [], 0",
     "    for _p in _paths:",
     "        _tried += 1",
