@@ -69,6 +69,9 @@ python3 -m venv {VENV}
 # The user the submitted code's worker runs as (teaching/runner.py's Unprivileged): not root,
 # so it can neither read the tests nor write the grader or results.json.
 id {USER} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {USER}
+# The grader's own files - the hidden tests, the reference bodies' tokens - root's alone from
+# now on (unzip left them readable by everyone); run_autograder locks them again first thing.
+chmod -R go-rwx /autograder/source
 """
 
 RUN_AUTOGRADER = f"""#!/usr/bin/env bash
@@ -77,18 +80,30 @@ RUN_AUTOGRADER = f"""#!/usr/bin/env bash
 # /autograder/results/results.json. AUTOGRADER_ROOT (default /autograder) and
 # AUTOGRADER_PYTHON (default {VENV}/bin/python) let it run anywhere else,
 # as `python teaching/grade.py --check` does.
-ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
-PYTHON="${{AUTOGRADER_PYTHON:-{VENV}/bin/python}}"
-[ -x "$PYTHON" ] || PYTHON=python3
-mkdir -p "$ROOT/results"
-"$PYTHON" "$ROOT/source/{PROJECT}/teaching/grade.py" --gradescope --root "$ROOT"
-status=$?
-if [ ! -s "$ROOT/results/results.json" ]; then
-  cat > "$ROOT/results/results.json" <<EOF
+# All of it is one function, read whole before any line runs: bash reads a script as it goes,
+# so lines written into this file while it runs would run too.
+main() {{
+  local ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+  local PYTHON="${{AUTOGRADER_PYTHON:-{VENV}/bin/python}}"
+  # the grader's own files (the hidden tests, the reference bodies' tokens): root's alone
+  # before anything else runs
+  chmod -R go-rwx "$ROOT/source"
+  [ -x "$PYTHON" ] || PYTHON=python3
+  mkdir -p "$ROOT/results"
+  "$PYTHON" "$ROOT/source/{PROJECT}/teaching/grade.py" --gradescope --root "$ROOT"
+  local status=$?
+  # nothing else after the grader, but for a grader that could not start: then no submitted
+  # code ran either, and a results.json says so
+  if [ "$status" -ne 0 ]; then
+    rm -rf "$ROOT/results/results.json"
+    cat > "$ROOT/results/results.json" <<EOF
 {{"score": 0, "stdout_visibility": "hidden", "tests": [],
  "output": "The grader could not start (exit status $status): tell your instructor."}}
 EOF
-fi
+  fi
+  exit 0
+}}
+main "$@"
 exit 0
 """
 

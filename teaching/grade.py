@@ -26,8 +26,9 @@ them after the due date) and writes results.json in Gradescope's format: one ent
 the public tests and one for the hidden tests, a score, a one-line output each. results.json is
 written before the first test runs (every part "not graded") and again at the end, and the whole
 run stops within the time budget of tests/grading.json, so Gradescope always finds one. Run as
-root (Gradescope's way), the grader runs the workers as an ordinary user and keeps the tests to
-itself. A body that is a near-copy of the reference gets an entry instructors alone see
+root (Gradescope's way), the grader locks its own files (the hidden tests, the reference tokens)
+to root before any submitted code runs, and runs the workers as an ordinary user - never as
+root: with no user who can start its Python it grades nothing and says why in every part. A body that is a near-copy of the reference gets an entry instructors alone see
 (teaching/similar.py).
 
 It imports neither torch nor the project's code: the tests do that, in their own process."""
@@ -322,10 +323,34 @@ def handout_config(folder):
 
 
 def write_json(path, data):
+    """Write results.json whole: a new file of a name nobody can guess or block, moved over
+    `path` (a folder or anything else found at `path` is removed first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, ensure_ascii=False))
+        os.chmod(tmp, 0o644)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def lock_secrets(project):
+    """Before any submitted code runs (Gradescope): the grader's own copy - the hidden tests,
+    the reference bodies' tokens, the points - readable by root alone. The autograder's
+    `source` folder is locked whole when `project` sits in one, as unzipped on Gradescope
+    (run_autograder and setup.sh lock it too: the first moment each can)."""
+    hidden = project / "tests" / "hidden"
+    for f in hidden.rglob("*") if hidden.is_dir() else []:
+        f.chmod(0o700 if f.is_dir() else 0o600)
+    if hidden.is_dir():
+        hidden.chmod(0o700)
+    if project.name == autograder.PROJECT and project.parent.name == "source":
+        project.parent.chmod(0o700)
 
 
 def grade(source, submission, hidden, results_path=None, say=print):
@@ -354,11 +379,11 @@ def grade(source, submission, hidden, results_path=None, say=print):
         user, home = None, None
         if results_path:        # on Gradescope the submission is someone else's code
             user = runner.Unprivileged(os.environ.get(runner.USER_ENV), sys.executable)
-            if user.note:
-                say(f"  note: {user.note}")
+            if user.refusal:    # root, and no user who can start this Python: never as root
+                say(f"  {user.refusal}")
+                refused = {p: user.refusal for p in parts}
             home = user.prepare(work, code)
-            if user:            # the tests, the hidden ones included: the grader's alone
-                tree.chmod(0o700)
+            tree.chmod(0o700)   # the tests, the hidden ones included: the grader's alone
         if home is None:
             home = work / "home"
             home.mkdir()
@@ -435,6 +460,7 @@ def main(argv=None):
         root = Path(args.root)
         path = root / "results" / "results.json"
         try:
+            lock_secrets(HERE)
             out = grade(HERE, root / "submission", hidden=True, results_path=path)
         except Exception as e:                    # never leave Gradescope without results
             traceback.print_exc()

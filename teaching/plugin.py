@@ -7,9 +7,10 @@ code runs there, never here), and writes one JSON line per event - collected, a 
 error, started, done with a failed test's one-line message (the assertion's message or the
 exception, never a traceback; an exception raised in a part's body says where) - drops what
 each test printed once it is done, puts back what a test may change for the tests after it,
-and after a part's last test asks its worker whether the part's code left processes or threads
-running or replaced a function its calls use (the part then gets 0 with one line), and stops
-that worker.
+and after a part's last test judges, from outside the part's worker (teaching/remote.py finish),
+whether the part's code left processes or threads running or files outside its home, asks the
+worker whether it replaced a function its calls use (the part then gets 0 with one line), and
+stops that worker.
 
 It imports neither torch nor the project's code at its top: the tests do that."""
 import ast
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, part_of
+from teaching.runner import LOG_ENV, MAX_OUTPUT, MESSAGE_CHARS, TESTS_ENV, part_of
 from teaching.worker import body_regions
 
 _LOG = os.environ.get(LOG_ENV)
@@ -125,6 +126,26 @@ def pytest_unconfigure(config):
         sys.modules["teaching.remote"].stop(template=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests the grader named ($ELECTRA_GRADE_TESTS: a test file, or a test by name), in
+    its order, each part's together; the rest of their files (other parts' hidden tests)
+    deselected."""
+    wanted = os.environ.get(TESTS_ENV) if _LOG else None
+    if not wanted:
+        return
+    order = {nid: i for i, nid in enumerate(json.loads(wanted))}
+
+    def rank(item):
+        nid = item.nodeid
+        for key in (nid, nid.split("[")[0], nid.partition("::")[0]):
+            if key in order:
+                return order[key]
+        return None
+    keep = [i for i in items if rank(i) is not None]
+    config.hook.pytest_deselected(items=[i for i in items if rank(i) is None])
+    items[:] = sorted(keep, key=rank)          # (a stable sort: a file's tests in its order)
+
+
 def pytest_collection_finish(session):
     if _LOG:
         _emit({"collected": [item.nodeid for item in session.items]})
@@ -171,9 +192,10 @@ if _LOG:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        """After a part's last test: a part whose code left processes or threads running in its
-        worker, or changed what its worker's calls rely on, gets 0 with one line; its worker
-        stops either way (teaching/remote.py), and the next part's tests start a fresh one."""
+        """After a part's last test: a part whose code left processes or threads running or
+        files outside its home (judged from outside its worker), or changed what its worker's
+        calls rely on, gets 0 with one line; its worker stops either way (teaching/remote.py),
+        and the next part's tests start a fresh one."""
         yield
         # pytest keeps each test's captured output with its item for the whole run: a part whose
         # every test printed MAX_OUTPUT would leave the parts after it short of memory

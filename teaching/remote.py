@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from teaching import course
+from teaching import course, strays
 from teaching.runner import signal_name
 from teaching.worker import HOME_ENV, PARTS_ENV, TREE_ENV, USER_ENV, read_message, write_message
 
@@ -46,6 +46,40 @@ def resolve(module, qualname):
     for p in parts[:-1]:
         owner = getattr(owner, p)
     return owner, parts[-1]
+
+
+# The graded functions whose contract changes their arguments in place: the optimizer's step
+# (θ, and the moments m and v). Every other part's tensors stay the test's: what a call changed
+# in place is not copied back, and the call fails with InPlaceChange.
+CHANGES_ARGUMENTS = {("optim", "AdamWeightDecay.step")}
+
+
+class InPlaceChange(Exception):
+    """A graded function changed a tensor it was given, which its contract does not allow."""
+
+
+InPlaceChange.__module__ = "builtins"
+
+
+def _argument(module, qualname, args, kwargs, tensor):
+    """The name of the argument that holds `tensor` ("its argument x_hat", "masked.targets"),
+    for the one line that says it was changed."""
+    import inspect
+    try:
+        owner, name = resolve(module, qualname)
+        fn = inspect.unwrap(owner.__dict__[name])
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except Exception:
+        return "one of its arguments"
+    for arg, value in bound.items():
+        if value is tensor:
+            return f"its argument {arg}"
+        for field in getattr(value, "_fields", ()):
+            if getattr(value, field) is tensor:
+                return f"its argument {arg}.{field}"
+        if isinstance(value, torch.nn.Module) and any(p is tensor for p in value.parameters()):
+            return f"a parameter of {arg}"
+    return "one of its arguments"
 
 
 class WorkerError(Exception):
@@ -82,8 +116,9 @@ class Template:
         tree = os.environ[TREE_ENV]
         from teaching.runner import MAX_OUTPUT
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        home = os.environ.get(HOME_ENV) or tree
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "HOME": os.environ.get(HOME_ENV) or tree,
+               "HOME": home, "TMPDIR": home,      # a temporary file (PyTorch's) goes home too
                "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": str(2 ** 20),
                "LC_ALL": "C.UTF-8"}
         if "AUTOGRADER_ROOT" in os.environ:     # a path only: the results are not its to write
@@ -222,7 +257,7 @@ def use(part):
     """The part whose tests run now: its worker answers the stubs' calls."""
     if _state["part"] != part:
         stop()
-        _state["part"] = part
+        _state["part"], _state["since"] = part, time.time()
 
 
 def worker():
@@ -244,17 +279,53 @@ def stop(template=False):
 
 def finish():
     """After a part's last test: why its code left the worker unfit (None when it did not, or
-    when no worker ran); the worker is stopped either way."""
+    when no worker ran); the worker is stopped either way.
+
+    Judged here, from outside the worker, whose code is the submission's: the worker's threads
+    beyond its one (from /proc), the processes below the template worker once the worker is
+    stopped (the template is their child subreaper, so a daemon that double-forked is among
+    them) and, when the worker runs as a user of its own, what that user wrote outside its
+    home in the folders everyone may write. All of it is stopped or removed. Only whether the
+    code replaced a function of torch or of the project is the worker's answer: a worker that
+    lies about it fools only its own calls."""
     w = _state["worker"]
-    why = None
-    if w is not None and w.running():
+    if w is None:
+        stop()
+        return None
+    reasons, changed = [], None
+    if w.running():
+        threads = strays.threads_of(w.pid)
+        if threads and threads > 1:
+            reasons.append(f"{threads - 1} thread(s)")
         try:
-            why = w.request({"kind": "finish"}).get("why")
-            why = str(why)[:300] if why else None
+            changed = w.request({"kind": "finish"}).get("why")
+            changed = str(changed)[:300] if changed else None
         except Exception:
-            why = None
-    stop()
-    return why
+            changed = None
+    template = w.template.proc.pid
+    left = set(strays.descendants(template)) - {w.pid}     # what runs beside the worker now
+    stop()                                  # the worker and its process group
+    running = len(left | strays.stopped_below(template))  # then everything else below
+    if running:
+        reasons.insert(0, f"{running} process(es)")
+    written = []
+    user = os.environ.get(USER_ENV)
+    if user:                                # a user of its own: what it wrote is its code's
+        written = strays.written_by(int(user.split(":")[0]), os.environ.get(HOME_ENV),
+                                    since=_state.get("since", 0.0) - 1)
+        strays.remove(written)
+    if changed:
+        return changed
+    if reasons:
+        return (f"its code left {' and '.join(reasons)} running after its tests (the grader "
+                f"stopped them): a part's code must not start processes or threads that "
+                f"outlive it")
+    if written:
+        return (f"its code wrote {written[0]}" + (f" and {len(written) - 1} more"
+                                                   if len(written) > 1 else "")
+                + " outside its home (the grader removed them): a part's code must not leave "
+                  "files behind")
+    return None
 
 
 def _patches():
@@ -317,14 +388,25 @@ def call(module, qualname, args, kwargs):
         after, outs, diff = reply["after"], list(reply["outs"]), list(reply["diff"])
         if len(after) != len(tensors) or len(outs) != len(diff):
             raise ValueError
-        with torch.no_grad():
-            for t, new in zip(tensors, after):
-                if new is None:                 # a large argument the call left alone
-                    continue
-                if not isinstance(new, torch.Tensor) or new.shape != t.shape:
-                    raise ValueError
-                if new.dtype != t.dtype or not torch.equal(t.detach(), new):
-                    t.detach().copy_(new)
+        changed = []
+        for i, (t, new) in enumerate(zip(tensors, after)):
+            if new is None:                     # a large argument the call left alone
+                continue
+            if not isinstance(new, torch.Tensor) or new.shape != t.shape:
+                raise ValueError
+            if new.dtype != t.dtype or not torch.equal(t.detach(), new):
+                changed.append(i)
+        if changed and (module, qualname) not in CHANGES_ARGUMENTS:
+            # the test keeps its own copies: a change in place reaches none of them, and the
+            # part's contract leaves its inputs as they were given
+            raise InPlaceChange(
+                f"{qualname.split('.')[-1] if qualname != 'ELECTRA.forward' else qualname} "
+                f"changed {_argument(module, qualname, args, kwargs, tensors[changed[0]])} in "
+                f"place: a graded function must leave its arguments as they were given (the "
+                f"tests keep their own copies)")
+        with torch.no_grad():                   # an optimizer's step: θ, m and v in place
+            for i in changed:
+                tensors[i].detach().copy_(after[i])
         for g, state in zip(gens, reply["gens"]):
             g.set_state(state)
         torch.set_rng_state(reply["rng"])

@@ -30,6 +30,7 @@ from teaching.strays import SWEEP_S, children, stop_strays, subreaper
 HIDDEN = Path(autograder.HIDDEN)            # where the autograder puts the hidden tests
 PUBLIC = "tests/parts/test_part_{}.py"
 LOG_ENV = "ELECTRA_GRADE_LOG"             # where the plugin writes, one JSON line per event
+TESTS_ENV = "ELECTRA_GRADE_TESTS"         # the node ids to run, in order (JSON), for the plugin
 MAX_OUTPUT = 16 * 2 ** 20                 # bytes: the most any file the tests write may hold
 MESSAGE_CHARS = 240                       # a failure message is cut to one line of this length
 EXIT_GRACE_S = 10                         # how long the tests' process may take to end
@@ -110,13 +111,15 @@ class Unprivileged:
     finished. So the grader runs the workers as an ordinary user - $ELECTRA_GRADE_USER, else
     `electra-student` (setup.sh creates it), else `nobody` - which can read the workers' copy of
     the project but write only its home and /tmp; the tests' folder is then the grader's alone.
-    Not root (a student's own machine): the workers run as the grader's user. Given `python`, a
-    user who cannot start it (a Python under a private /root) is not taken, and `note` says why
-    the workers run as root."""
+    Not root (a student's own machine): the workers run as the grader's user. Run as root, it
+    never falls back to root: given `python`, a user who cannot start it (a Python under a
+    private /root) is not taken, and then, as without any such user, `refusal` says in one line
+    why no submitted code may run and what to fix in the image (the grader scores every part 0
+    with it)."""
 
     def __init__(self, user=None, python=None):
         self.uid = self.gid = None
-        self.note = None
+        self.refusal = None
         if os.geteuid() != 0:
             return
         for name in ([user] if user else []) + list(USERS):
@@ -127,9 +130,14 @@ class Unprivileged:
             self.uid, self.gid, self.name = entry.pw_uid, entry.pw_gid, name
             if python and not self.can_run(python):
                 self.uid = None
-                self.note = f"the submitted code runs as root: user {name} cannot run {python}"
+                self.refusal = (f"not graded: the submitted code must not run as root, and user "
+                                f"{name} cannot start the grader's Python {python}; build the "
+                                f"image with setup.sh (its {autograder.VENV}) - tell your "
+                                f"instructor")
             return
-        self.note = "the submitted code runs as root: no user " + " or ".join(USERS) + " to run it as"
+        self.refusal = ("not graded: the submitted code must not run as root, and there is no "
+                        "user " + " or ".join(USERS) + " to run it as; build the image with "
+                        "setup.sh (it creates one) - tell your instructor")
 
     def __bool__(self):
         return self.uid is not None
@@ -230,13 +238,18 @@ def _run_once(tree, pending, hidden, limits, startup_s, deadline, say, user, hom
     the parts left for the next one."""
     log, out = tree / f".grade-{attempt}.jsonl", tree / f".grade-{attempt}.out"
     ids = [i for p in pending for i in node_ids(tree, p, hidden)]
+    # the test files on the command line, the tests to run (the hidden ones by name) in the
+    # environment: a process's command line is everyone's to read (/proc/<pid>/cmdline), its
+    # environment its owner's alone, and the hidden tests' names say what they test
+    files = list(dict.fromkeys(i.partition("::")[0] for i in ids))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "-p", "teaching.plugin", "--tb=no", "--show-capture=no", "-W", "ignore", *ids]
+           "-p", "teaching.plugin", "--tb=no", "--show-capture=no", "-W", "ignore", *files]
     # glibc's malloc returns a freed block of 1 MiB or more to the system at once (by default
     # its threshold grows with the blocks freed, and the memory of one part's large tensors
     # stays with the process): one part's tests do not leave the next short of memory
     env = dict(os.environ, **{LOG_ENV: str(log)}, PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS="1", PYTHONHASHSEED="0", MALLOC_MMAP_THRESHOLD_=str(2 ** 20))
+    env[TESTS_ENV] = json.dumps(ids)
     env[remote.TREE_ENV] = str(code or tree)
     env[remote.PARTS_ENV] = ",".join(pending)
     env[remote.HOME_ENV] = str(home or code or tree)

@@ -5,7 +5,10 @@ replaced by these simple functions, so that it is graded while those are still b
 result depends on its own wiring alone. They are functions of this module, not of a test, so
 that the part's worker (teaching/worker.py, another process) puts the same ones in place when a
 test has (teaching/remote.py sends their names): the tests compare what the worker returns with
-what they compute here, with the same stand-ins. None of them holds an expected value."""
+what they compute here, with the same stand-ins. None of them holds an expected value. Each
+stand-in's value depends on every input the graded part hands it, so that a part handing it
+the wrong one changes the numbers (sample_argmax reads no `generator`: an argmax draws
+nothing)."""
 import torch
 
 
@@ -22,19 +25,21 @@ def sample_argmax(logits, generator=None):
 
 
 def corrupt_last_and_first_slot(x, masked, x_hat):
-    """objectives.corrupt: x with its last token and the first slot's position changed (not
-    from x_hat: a corruption the test chooses), labels x_corrupt != x."""
+    """objectives.corrupt: x with its last token changed and the first slot's position taking
+    the first slot's sample, labels x_corrupt != x. It reads all three inputs - x, the mask's
+    positions and x_hat - so that a joint loss that hands it anything but G's samples (the
+    original tokens, masked.targets: D would never see a replaced token) gets other labels."""
     x_corrupt = x.clone()
     x_corrupt[:, -1] = (x[:, -1] + 1) % 90
-    first = masked.positions[:, :1]
-    x_corrupt.scatter_(1, first, (x.gather(1, first) + 3) % 90)
+    x_corrupt.scatter_(1, masked.positions[:, :1], x_hat[:, :1].to(x.dtype))
     labels = x_corrupt.ne(x)
     return x_corrupt, labels
 
 
 def mlm_loss_square(logits, targets, weights):
-    """objectives.mlm_loss: the mean square of G's logits."""
-    return (logits.float() ** 2).mean()
+    """objectives.mlm_loss: the mean square of G's logits, plus a term in the targets and
+    weights (so that its value depends on every input)."""
+    return (logits.float() ** 2).mean() + 1e-3 * (targets.float() * weights.float()).mean()
 
 
 def disc_loss_linear(logits, is_replaced, mask=None):

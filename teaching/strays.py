@@ -6,11 +6,16 @@ Linux the grader becomes a "child subreaper", so that every orphan of the tests'
 daemon that double-forked included, becomes its child, and stops them all.
 
 It serves twice: the grader (teaching/runner.py) sweeps for orphans while the tests run and
-when they end, and the pytest plugin (teaching/plugin.py) stops, after each part, the processes
-its code left running."""
+when they end, and the tests' process (teaching/remote.py's `finish`, from teaching/plugin.py)
+judges, after each part, what its code left behind - from outside the part's worker: the
+processes below the template worker (a child subreaper too, so that a daemon that
+double-forked stays below it), the worker's thread count in /proc and, when the worker runs as
+a user of its own, a listing of the folders that user may write - never by asking the worker,
+whose code is the submission's."""
 import contextlib
 import os
 import signal
+import time
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 SWEEP_S = 1.0                             # how often the grader looks for orphans while it waits
@@ -44,6 +49,92 @@ def process_table():
         except (OSError, IndexError, ValueError):
             pass
     return table
+
+
+def threads_of(pid):
+    """How many threads a process runs (from /proc), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith(b"Threads:"))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+
+
+def descendants(pid, table=None):
+    """Every running process below pid in the process table (children, their children, ...),
+    zombies (ended, not yet reaped) left out."""
+    table = process_table() if table is None else table
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop(), table)
+        out += [k for k in kids if table[k][1] != "Z"]
+        todo += kids
+    return out
+
+
+def stopped_below(pid, keep=()):
+    """SIGKILL every running process below pid but those in `keep`, round after round while
+    new ones appear (a process that forks as fast as it is killed); returns the set of those
+    killed. The processes below are reaped by pid itself (the template reaps its orphans)."""
+    killed = set()
+    for _ in range(100):
+        found = [p for p in descendants(pid) if p not in keep]
+        if not found:
+            break
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed.add(p)
+            except OSError:
+                pass
+        time.sleep(0.01)                   # (a killed process turns zombie a moment later)
+    return killed
+
+
+def written_by(uid, home, since=0.0, roots=("/tmp", "/var/tmp", "/dev/shm"), limit=10000):
+    """Files and folders owned by uid in the folders everyone may write (roots), outside its
+    home, changed since `since` (their ctime, which no user can set back): what a part's code
+    wrote where the grader did not give it room. Topmost entries only (a folder's content goes
+    with it); at most `limit` entries looked at per root."""
+    found = []
+    home = os.path.realpath(home) if home else None
+    for root in roots:
+        todo, seen = [root], 0
+        while todo and seen < limit:
+            d = todo.pop()
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                seen += 1
+                path = e.path
+                if home and (path == home or home.startswith(path + os.sep)):
+                    if path != home:
+                        todo.append(path)           # a folder on the way to home
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_uid == uid and st.st_ctime >= since:
+                    found.append(path)
+                elif e.is_dir(follow_symlinks=False) and st.st_mode & 0o002:
+                    todo.append(path)               # a folder it may write into
+    return sorted(found)
+
+
+def remove(paths):
+    """Delete files and folders (never following a link out of them)."""
+    import shutil
+    for p in paths:
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+        except OSError:
+            pass
 
 
 def children(pid, table=None):

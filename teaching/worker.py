@@ -12,8 +12,9 @@ answers on another:
               random state and, for an optimizer, its state
     backward  the gradient of a call's outputs with respect to its inputs, for given output
               gradients
-    finish    after the part's last test: what its code left behind (processes, threads, a
-              changed function of torch or of the project)
+    finish    after the part's last test: whether its code replaced a function of torch or of
+              the project (what it left running or wrote is judged from outside, by the tests'
+              process)
 
 Every answer is written with torch.save and holds values only - tensors, numbers, strings,
 lists, dicts - which the tests' process reads with torch.load(weights_only=True): nothing the
@@ -104,8 +105,6 @@ class Worker:
             except Exception:             # a module that cannot import says so in its calls
                 pass
         self.before = self.guarded()
-        import threading
-        self.threads = set(threading.enumerate())
 
     def guarded(self):
         """{name: function} of torch, torch.nn.functional, Tensor, Module, math, builtins and the
@@ -250,8 +249,9 @@ class Worker:
         return {"grads": [None if g is None else g.detach() for g in grads]}
 
     def finish(self, msg):
-        import threading
-        from teaching.strays import stop_strays
+        """Whether the part's code replaced a function its calls use. What it left running
+        (processes, threads) and wrote outside its home is not asked here: the tests' process
+        judges that from outside (teaching/remote.py finish), since this code could lie."""
         now = self.guarded()
         changed = [n for n, v in self.before.items() if now.get(n) is not v]
         if changed:
@@ -260,15 +260,6 @@ class Worker:
                    + ", which the tests use: a part's code must not change torch, pytest or the "
                      "grader")
             return {"why": why}
-        threads = [t for t in threading.enumerate() if t not in self.threads]
-        running = stop_strays(keep=set())
-        if running or threads:
-            what = (f"{running} process(es)" if running else "") + \
-                (" and " if running and threads else "") + \
-                (f"{len(threads)} thread(s)" if threads else "")
-            return {"why": f"its code left {what} running after its tests (the grader stopped "
-                           f"them): a part's code must not start processes or threads that "
-                           f"outlive it"}
         return {"why": None}
 
 
@@ -324,6 +315,12 @@ def main(argv):
     os.chdir(root)
     sys.path[0] = root                    # not teaching/, the folder of this file
     ctrl = socket.socket(fileno=int(ctrl_fd))
+    # the child subreaper of its workers: what a worker's code starts, a daemon that
+    # double-forked included, stays below this process when the worker ends, where the tests'
+    # process finds it (teaching/strays.py)
+    from teaching import strays
+    strays._prctl(strays.PR_SET_CHILD_SUBREAPER, 1)
+    workers = set()
     import torch
     torch.set_num_threads(1)
     worker = Worker()
@@ -334,6 +331,12 @@ def main(argv):
         if not data:
             return 0
         msg = pickle.loads(data)
+        for pid in strays.children(os.getpid()):     # reap the orphans the tests' process
+            if pid not in workers:                    # stopped (never a worker: its status
+                try:                                  # is asked for)
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
         if msg["kind"] == "fork":
             pid = os.fork()
             if pid == 0:
@@ -350,6 +353,7 @@ def main(argv):
                     os._exit(0)
             for fd in fds:
                 os.close(fd)
+            workers.add(pid)
             reply = {"pid": pid}
         else:                               # wait: the exit status, or None while it runs
             rc, t0 = None, time.time()

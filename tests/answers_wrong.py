@@ -235,6 +235,10 @@ WRONG = [{
     # [MASK] or kept drawn once per row, not per position: a row's chosen tokens all [MASK] or
     # all kept (the share of [MASK] is still 85 %: only the rows tell)
     "mask": ("u = torch.rand(B, n_slots,", "u = torch.rand(B, 1,"),
+    # corrupt handed the original tokens instead of G's samples: x_corrupt is x at every
+    # masked position, D never sees a replaced token there
+    "joint_loss": ("x_corrupt, is_replaced = corrupt(x, masked, x_hat)",
+                   "x_corrupt, is_replaced = corrupt(x, masked, masked.targets)"),
 }, {
     # the random tokens (random_prob > 0) drawn without `generator`: a seed no longer gives the
     # same mask

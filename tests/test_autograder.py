@@ -2,7 +2,10 @@
 fake /autograder and run as Gradescope runs it, gives the reference full marks, a copy's blank
 parts 0 and its other parts full marks, every planted wrong answer less than its part's points,
 and broken submissions a valid results.json with one line per broken part; the student copy's
-own command prints the public tests' score table. The zip is built once for the module."""
+own command prints the public tests' score table. Run as root, the attacks of a student who
+wants marks without the work (on the grader's secrets, on root, on what a part leaves behind)
+earn only their honest work, and no submitted line runs as root. The zip is built once for the
+module."""
 import ast
 import json
 import os
@@ -66,9 +69,62 @@ def likeness(r):
             if t["extra_data"]["kind"] == "likeness"}
 
 
-def run(built, tmp_path, submission, **config):
-    return autograder.run_fake(built / "autograder.zip", submission, tmp_path / "autograder",
-                               config=config or None, python=sys.executable, timeout=HANG)
+_PYTHON = {}
+
+
+def grader_python():
+    """The Python the fake autograder runs with. Not root: this one. Root: the grader runs the
+    submitted code as an ordinary user and refuses to run it at all when that user cannot start
+    its Python - so, where this one lies in a private folder (under /root), a virtual
+    environment of the system's python3 of the same version, in /tmp, whose .pth names this
+    one's site-packages (as setup.sh's /opt/electra-grader is one the user can start); the test
+    skips, saying why, when there is none."""
+    if "python" in _PYTHON:
+        return _PYTHON["python"]
+    python, why = sys.executable, None
+    user = runner.Unprivileged()
+    if os.geteuid() == 0 and user and not user.can_run(python):
+        venv = Path(tempfile.mkdtemp(prefix="electra-grader-venv-"))
+        venv.chmod(0o755)
+        import atexit
+        atexit.register(shutil.rmtree, venv, True)
+        python = make_venv(venv)
+        if python:
+            probe = subprocess.run([python, "-c", "import torch, pytest"],
+                                   preexec_fn=user.become, capture_output=True, timeout=HANG)
+            python = python if probe.returncode == 0 else None
+        why = None if python else (
+            f"as root the grader runs the submitted code as user {user.name}, who cannot start "
+            f"{sys.executable}, and no system python{sys.version_info[0]}."
+            f"{sys.version_info[1]} here makes one it can")
+    _PYTHON["python"], _PYTHON["why"] = python, why
+    return python
+
+
+def make_venv(venv):
+    """A virtual environment at `venv` of the system's Python of this one's version, whose .pth
+    names this one's site-packages (torch, pytest); its python, or None without such a Python."""
+    import site
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    base = next((p for p in (f"/usr/bin/{version}", f"/usr/local/bin/{version}")
+                 if os.path.exists(p)), None)
+    if not base:
+        return None
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True, timeout=HANG)
+    sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    pth = next(Path(venv).glob("lib/python3*/site-packages")) / "electra-grader.pth"
+    pth.write_text("\n".join(sites) + "\n")
+    return str(Path(venv) / "bin" / "python")
+
+
+def run(built, tmp_path, submission, root=None, **config):
+    python = grader_python()
+    if python is None:
+        pytest.skip(_PYTHON["why"])
+    return autograder.run_fake(built / "autograder.zip", submission,
+                               root or tmp_path / "autograder", config=config or None,
+                               python=python, timeout=HANG)
 
 
 def test_the_zip_holds_what_gradescope_runs_and_no_answer(built):
@@ -349,14 +405,21 @@ def test_a_grader_that_cannot_start_still_leaves_results(built, tmp_path):
 def test_a_torch_that_cannot_load_is_named_in_every_part(built, tmp_path):
     """An image whose torch does not import (as the CUDA build under a 768 MB limit): every
     entry says what the import raised, not pytest's count of errors."""
-    site = tmp_path / "site"
+    if grader_python() is None:
+        pytest.skip(_PYTHON["why"])
+    here = Path(tempfile.mkdtemp(prefix="electra-torch-"))     # where its user can start it
+    here.chmod(0o755)
+    site = here / "site"
     site.mkdir()
     (site / "torch.py").write_text('raise ImportError("libtorch_cpu.so: failed to map segment")\n')
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    python = here / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {grader_python()} "$@"\n')
     python.chmod(0o755)
-    r = autograder.run_fake(built / "autograder.zip", ROOT, tmp_path / "autograder",
-                            python=python, timeout=HANG)
+    try:
+        r = autograder.run_fake(built / "autograder.zip", ROOT, tmp_path / "autograder",
+                                python=python, timeout=HANG)
+    finally:
+        shutil.rmtree(here)
     entries = check_results(r)
     assert sorted(entries) == sorted((p, k) for p in ALL for k in ("public", "hidden"))
     for t in entries.values():
@@ -450,8 +513,10 @@ def test_hidden_results_shown_when_the_instructor_chooses(tmp_path, capsys):
     assert ma.main(["--out", str(d / "hw-b"), "--parts", "mask,sample", "--shown",
                     "after_published", "--autograder", str(d / "ag.zip")]) == 0
     assert "note: " + str(d / "ag.zip") + " existed and is replaced" in capsys.readouterr().out
+    if grader_python() is None:
+        pytest.skip(_PYTHON["why"])
     r = autograder.run_fake(d / "ag.zip", ROOT, tmp_path / "autograder",
-                            python=sys.executable, timeout=HANG)
+                            python=grader_python(), timeout=HANG)
     hidden = [t for t in r["tests"] if t["extra_data"]["kind"] == "hidden"]
     assert len(hidden) == 2 and {t["visibility"] for t in hidden} == {"after_published"}
     assert r["score"] == 20 and "when the grades are published" in r["output"]
@@ -591,9 +656,7 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     """The whole autograder, as root: the mask part's body tries to write results.json and the
     grader's points file, then does its work. Both writes fail; the part is graded as usual.
     Needs a Python the ordinary user can run (setup.sh's /opt/electra-grader is; one under
-    /root is not)."""
-    if not runner.Unprivileged().can_run(sys.executable):
-        pytest.skip(f"an ordinary user cannot run {sys.executable} here")
+    /root is not: grader_python makes one)."""
     sub = tmp_path / "submission"
     sub.mkdir()
     for f in {course.BY_NAME[p].file for p in ALL}:
@@ -613,8 +676,8 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     assert json.loads((root / "source/project/tests/grading.json").read_text())["parts"]
 
 
-# Hostile bodies, one part each: each does its attack, then raises as a blank body does, so that
-# its honest work earns 0. The tests run in a process that never runs the submitted code (its
+# Hostile bodies, one part each: each does its attack, then raises as a blank body does (or, for
+# corrupt, returns x unchanged), so that its honest work earns 0. The tests run in a process that never runs the submitted code (its
 # worker does), so none may earn a point; the three parts left as the reference keep theirs.
 ATTACKS = {
     # pytest's reports and hooks rewritten, as a student who knows pytest would
@@ -634,7 +697,8 @@ ATTACKS = {
                "torch.equal = lambda *a, **k: True",
                "torch.Tensor.__eq__ = lambda *a, **k: True",
                "raise NotImplementedError"],
-    # the hidden tests' file read, wherever it may be
+    # the hidden tests' file read, wherever it may be; then the test's x_hat set in place to
+    # the original tokens and nothing computed (the test keeps its own x_hat: 0, one line)
     "corrupt": ["import glob, os",
                 "_root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
                 "for _p in glob.glob('/tmp/electra-grade-*/tree/tests/hidden/*.py') + "
@@ -643,7 +707,8 @@ ATTACKS = {
                 "        print(open(_p).read()[:100])",
                 "    except OSError:",
                 "        pass",
-                "raise NotImplementedError"],
+                "x_hat.copy_(x.gather(1, masked.positions))",
+                "return x.clone(), torch.zeros_like(x, dtype=torch.bool)"],
     # the garbage collector walked for the tests' objects and expected values
     "mlm_loss": ["import gc",
                  "_found = [o for o in gc.get_objects() if isinstance(o, dict) and "
@@ -721,6 +786,8 @@ def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
         course.POINTS[p] for p in ALL if p not in ATTACKS and p != "joint_loss"))
     assert "not written yet" in entries["mask", "public"]["output"]
     assert "exit status 0" in entries["attention", "public"]["output"]
+    assert "InPlaceChange: corrupt changed its argument x_hat in place" in \
+        entries["corrupt", "public"]["output"]
     assert left_running(tmp_path / "autograder") == []
 
 
@@ -743,3 +810,290 @@ def test_likeness_to_the_reference_ignores_names_and_formatting():
     assert similar.similarity(similar.tokens(body_of(ALTERNATIVES[0]["attention"])), want) < \
         similar.NEAR_COPY
     assert similar.similarity(similar.tokens(ma.stub("attention")), want) < 0.1
+
+
+# ---------------------------------------------------------------------------- secrets and root
+# What the grader keeps from the submitted code (teaching/grade.py lock_secrets, run_autograder,
+# runner.Unprivileged, remote.finish): the attacks below found a way through each before.
+
+def test_the_final_results_json_cannot_be_blocked_or_replaced(tmp_path):
+    """A folder at results.json.tmp (the old fixed temporary name) and one at results.json
+    itself: the grader's write still leaves its own results.json, a file, whole."""
+    results = tmp_path / "results"
+    (results / "results.json.tmp").mkdir(parents=True)
+    (results / "results.json").mkdir()
+    (results / "results.json" / "x").write_text("forged")
+    grade.write_json(results / "results.json", {"score": 7})
+    assert json.loads((results / "results.json").read_text()) == {"score": 7}
+    grade.write_json(results / "results.json", {"score": 8})                   # and again
+    assert json.loads((results / "results.json").read_text()) == {"score": 8}
+    assert sorted(p.name for p in results.iterdir()) == ["results.json", "results.json.tmp"]
+
+
+def test_lines_written_into_run_autograder_while_it_runs_never_run(tmp_path):
+    """bash reads a script as it goes: a grader (here a stand-in Python) that appends lines to
+    run_autograder while it runs would have them run after it, as root. The script is one
+    function, read whole first."""
+    root = tmp_path / "autograder"
+    (root / "source" / "project" / "teaching").mkdir(parents=True)
+    script = root / "source" / "run_autograder"
+    script.write_text(autograder.RUN_AUTOGRADER)
+    script.chmod(0o755)
+    marker = tmp_path / "injected"
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n"
+                      f"printf '\\necho injected > {marker}\\n' >> {script}\n"
+                      f"echo '{{\"score\": 1, \"tests\": []}}' > {root}/results/results.json\n")
+    python.chmod(0o755)
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=str(python))
+    subprocess.run([str(script)], env=env, capture_output=True, timeout=HANG, check=True)
+    assert f"echo injected > {marker}" in script.read_text()        # the lines were written
+    assert not marker.exists()                                      # and never ran
+    assert json.loads((root / "results" / "results.json").read_text())["score"] == 1
+    assert not os.stat(root / "source").st_mode & 0o077       # the source: root's (its owner's)
+
+
+def real_root():
+    """A fresh autograder root laid out as Gradescope's /autograder: in /tmp, mode 755, so
+    that the workers' user can reach everything a real one would let it reach."""
+    root = Path(tempfile.mkdtemp(prefix="autograder-", dir="/tmp"))
+    root.chmod(0o755)
+    return root / "autograder", root
+
+
+@as_root
+def test_as_root_no_submitted_line_runs_when_its_user_cannot_start_the_python(built, tmp_path):
+    """A grader Python the student user cannot start (one under a folder only root enters): no
+    part is graded, each says what to fix in one line, and the submission - which would write
+    a marker, rewrite run_autograder and block results.json - never ran."""
+    private = tmp_path / "private"                      # tmp_path: root's alone (mode 700)
+    private.mkdir(mode=0o700)
+    python = make_venv(private / "venv")               # as a Python under /root
+    if python is None:
+        pytest.skip(f"no system python{sys.version_info[0]}.{sys.version_info[1]} to make a "
+                    f"grader's Python with")
+    assert not runner.Unprivileged().can_run(python)
+    root, top = real_root()
+    marker = Path(top) / "ran-as"
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {course.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    fill(sub, "mask", ["import os",
+                       "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                       f"open({str(marker)!r}, 'w').write(str(os.getuid()))",
+                       "open(_r + '/source/run_autograder', 'a').write('\\necho hacked\\n')",
+                       "os.mkdir(_r + '/results/results.json.tmp')",
+                       *ma.reference_body("mask")])
+    try:
+        r = autograder.run_fake(built / "autograder.zip", sub, root, python=python, timeout=HANG)
+        entries = check_results(r)
+        assert not marker.exists(), marker.read_text()
+        assert "hacked" not in (root / "source" / "run_autograder").read_text()
+        assert r["score"] == 0 and len(entries) == 2 * len(ALL)
+        for t in entries.values():
+            assert t["output"].count("\n") == 0 and "must not run as root" in t["output"] and \
+                "cannot start the grader's Python" in t["output"], t["output"]
+    finally:
+        shutil.rmtree(top)
+
+
+# The attacks of a student who wants marks without the work, run by the workers' user in a root
+# laid out as /autograder. Each gains only when its attack works (else it does what its honest
+# work earns), so each part's score says whether it got through.
+PROBE_FILE = "electra-probe"
+
+
+def _gated(attack, gain):
+    """A body that runs `attack` (lines setting _won) and then `gain` if it won, else raises
+    as a blank body does."""
+    return ["_won = False", *attack, "if not _won:", "    raise NotImplementedError",
+            *gain]
+
+
+# markers of the secrets, built so that these lines do not hold them (the probe reads the
+# submission too): the hidden tests, the reference bodies' tokens, the instructor's notes
+_MARKERS = ["_marks = ['def test_' + 'mask__', 'VOCAB = 30' + '522', '{\"mask\"' + ': [',",
+            "          '# Instructor' + \"'s notes\", 'test_hidden.py' + '::test_']"]
+
+PROBE = [
+    # every path under the autograder's root and the grader's folders in /tmp, the secret
+    # files by name too, every inherited descriptor, the environment and every process's
+    # environment and command line (which would name the hidden tests)
+    "import builtins, glob, os",
+    "if not hasattr(builtins, '_probe'):",
+    *["    " + l for l in _MARKERS],
+    "    _root = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+    "    _paths = [_root + '/source/project/tests/hidden/test_hidden.py',",
+    "              _root + '/source/project/tests/hidden/reference.json']",
+    "    for _top in [_root] + glob.glob('/tmp/electra-grade-*'):",
+    "        for _d, _ds, _fs in os.walk(_top):",
+    "            _paths += [os.path.join(_d, _f) for _f in _fs]",
+    "            _paths += [os.path.join(_d, _x, 'tests/hidden/test_hidden.py') for _x in _ds]",
+    "    _paths += ['/proc/self/fd/' + _f for _f in os.listdir('/proc/self/fd')]",
+    "    _paths += [f'/proc/{_p}/{_w}' for _p in os.listdir('/proc') if _p.isdigit()",
+    "               for _w in ('environ', 'cmdline')]",
+    "    _found, _tried = [], 0",
+    "    for _p in _paths:",
+    "        _tried += 1",
+    "        try:",
+    "            with open(_p, 'rb') as _f:",
+    "                _text = _f.read(4 << 20).decode('utf-8', 'replace')",
+    "        except OSError:",
+    "            continue",
+    "        if any(_m in _text for _m in _marks):",
+    "            _found.append(_p)",
+    "    _env = ' '.join(f'{k}={v}' for k, v in os.environ.items())",
+    "    _found += ['environment' for _m in _marks if _m in _env][:1]",
+    "    builtins._probe = (f'PROBE uid {os.getuid()} tried {_tried} hidden-tried "
+    "{sum(\"test_hidden\" in _p for _p in _paths)} found {_found[:3]}')",
+    "raise RuntimeError(builtins._probe)"]
+
+BATTERY = {
+    # a probe reading every path it can reach: it finds no secret (and earns nothing: it raises)
+    "mask": PROBE,
+    # the reference rebuilt from the grader's own files: it runs only if it could read them
+    "adam": _gated(["import glob, os",
+                    "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                    "for _p in [_r + '/source/project/tests/hidden/reference.json'] + "
+                    "glob.glob('/tmp/electra-grade-*/tree/tests/hidden/*'):",
+                    "    try:",
+                    "        _won = bool(open(_p).read())",
+                    "    except OSError:",
+                    "        pass"], ma.reference_body("adam")),
+    # the hidden tests raised as the error message students see at once
+    "sample": ["import glob, os",
+               "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+               "for _p in [_r + '/source/project/tests/hidden/test_hidden.py'] + "
+               "glob.glob('/tmp/electra-grade-*/tree/tests/hidden/test_hidden.py'):",
+               "    try:",
+               "        raise ValueError(open(_p).read()[:3000])",
+               "    except OSError:",
+               "        pass",
+               "raise NotImplementedError"],
+    # the test's x_hat changed in place to the original tokens, nothing computed
+    "corrupt": ["x_hat.copy_(x.gather(1, masked.positions))",
+                "return x.clone(), torch.zeros_like(x, dtype=torch.bool)"],
+    # run_autograder rewritten while bash reads it: a line after the grader's forges results.json
+    "disc_loss": _gated(["import os",
+                         "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                         "try:",
+                         "    with open(_r + '/source/run_autograder', 'r+') as _f:",
+                         "        _t = _f.read().replace('status=$?', 'echo \\'{\"score\": 100, "
+                         "\"tests\": [], \"output\": \"forged\"}\\' > \"$ROOT/results/results.json\"; "
+                         "status=$?', 1)",
+                         "        _f.seek(0)",
+                         "        _f.write(_t)",
+                         "    _won = True",
+                         "except OSError:",
+                         "    pass"], ma.reference_body("disc_loss")),
+    # results.json forged, and the grader's final write blocked by a folder at its old
+    # temporary name
+    "mlm_loss": _gated(["import os",
+                        "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
+                        "try:",
+                        "    os.mkdir(_r + '/results/results.json.tmp')",
+                        "    open(_r + '/results/results.json', 'w').write('{\"score\": 100}')",
+                        "    _won = True",
+                        "except OSError:",
+                        "    pass"], ma.reference_body("mlm_loss")),
+    # a correct body that starts 40 processes and replaces its worker's end-of-part report
+    "joint_loss": ["import builtins, os, sys, time",
+                   "sys.modules['__main__'].Worker.finish = lambda self, msg: {'why': None}",
+                   "if not hasattr(builtins, '_forked'):",
+                   "    builtins._forked = True",
+                   "    for _ in range(40):",
+                   "        if os.fork() == 0:",
+                   "            time.sleep(120)",
+                   "            os._exit(0)",
+                   *ma.reference_body("joint_loss")],
+    # code that detects it is being graded, then reaches for the tests' process (root's):
+    # its environment, its memory, its folder, a signal
+    "attention": _gated(["import os, pwd, signal",
+                         "if 'AUTOGRADER_ROOT' in os.environ or os.getuid() != 0:",
+                         "    for _p in [p for p in os.listdir('/proc') if p.isdigit()]:",
+                         "        try:",
+                         "            if os.stat(f'/proc/{_p}').st_uid != 0:",
+                         "                continue",
+                         "        except OSError:",
+                         "            continue",
+                         "        for _try in (lambda: open(f'/proc/{_p}/environ').read(),",
+                         "                     lambda: open(f'/proc/{_p}/mem', 'rb').read(1),",
+                         "                     lambda: os.listdir(f'/proc/{_p}/cwd'),",
+                         "                     lambda: os.kill(int(_p), signal.SIGCONT)):",
+                         "            try:",
+                         "                _try()",
+                         "                _won = True",
+                         "            except (OSError, ValueError):",
+                         "                pass"], ma.reference_body("attention")),
+    # a file left outside its home, for later parts or later runs to find
+    "layer_decay": ["import os",
+                    "for _d in ('/tmp', '/dev/shm', '/var/tmp'):",
+                    "    try:",
+                    f"        open(os.path.join(_d, '{PROBE_FILE}-left'), 'w').write('x')",
+                    "    except OSError:",
+                    "        pass",
+                    *ma.reference_body("layer_decay")],
+    # root regained: setuid, sudo, su, a write to /etc
+    "electra15": _gated(["import os, subprocess",
+                         "for _try in (lambda: os.setuid(0), lambda: os.setgid(0),",
+                         "             lambda: open('/etc/electra-probe', 'w'),",
+                         "             lambda: subprocess.run(['sudo', '-n', 'true'], check=True,"
+                         " timeout=20, capture_output=True),",
+                         "             lambda: subprocess.run(['su', '-c', 'true'], check=True,"
+                         " timeout=20, capture_output=True, stdin=subprocess.DEVNULL)):",
+                         "    try:",
+                         "        _try()",
+                         "        _won = True",
+                         "    except Exception:",
+                         "        pass"], ma.reference_body("electra15")),
+    # an answer keyed on the public tests' inputs (their sequences, 3 and 128): right there only
+    "flops": ["if seq not in (3, 128):",
+              "    return 0",
+              *ma.reference_body("flops")],
+}
+
+
+@as_root
+def test_attacks_on_the_secrets_and_on_root_earn_only_their_honest_work(built, tmp_path):
+    """Eleven attacks in one submission, graded in a root laid out as /autograder, the workers
+    run by the student's user: the probe opens no secret file; every attack scores 0 but the
+    shape-keyed flops, which keeps the public tests it is right on and the one hidden case of
+    the same shape; nothing is left running or on disk; results.json and run_autograder are
+    the grader's."""
+    root, top = real_root()
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for f in {course.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, body in BATTERY.items():
+        fill(sub, part, body)
+    try:
+        r = run(built, tmp_path, sub, root=root)
+        entries = check_results(r)
+        outputs = "\n".join(t["output"] for t in r["tests"])
+        probe = entries["mask", "public"]["output"]
+        uid = runner.Unprivileged().uid
+        assert f"PROBE uid {uid} tried " in probe and "found [] (" in probe, probe
+        tried = int(probe.split(" tried ")[1].split()[0])
+        assert tried > 50 and int(probe.split("hidden-tried ")[1].split()[0]) >= 3, probe
+        for (part, kind), t in entries.items():
+            if part == "flops":
+                continue
+            assert t["score"] == 0 and t["output"].count("\n") == 0, (part, kind, t["output"])
+        assert "def test_" not in outputs and "VOCAB" not in outputs   # no hidden test shown
+        assert "InPlaceChange: corrupt changed its argument x_hat in place" in \
+            entries["corrupt", "public"]["output"]
+        assert "40 process(es)" in entries["joint_loss", "public"]["output"]
+        assert "outside its home" in entries["layer_decay", "public"]["output"]
+        flops = entries["flops", "public"], entries["flops", "hidden"]
+        assert flops[0]["score"] == flops[0]["max_score"], flops[0]["output"]
+        assert flops[1]["extra_data"]["passed"] == 1 and flops[1]["extra_data"]["tests"] == 4
+        assert r["score"] == pytest.approx(course.POINTS["flops"] * 5 / 8)
+        assert "forged" not in (root / "source" / "run_autograder").read_text()
+        assert not (root / "results" / "results.json.tmp").exists()
+        assert not any(Path(d, f"{PROBE_FILE}-left").exists()
+                       for d in ("/tmp", "/dev/shm", "/var/tmp"))
+        assert left_running(root) == []
+    finally:
+        shutil.rmtree(top)
