@@ -193,14 +193,14 @@ def test_end_to_end_learns_synthetic_task(tiny_ckpt, tmp_path, capsys):
 
 def test_fp16_fine_tuning_runs_near_fp32(tiny_ckpt, tmp_path, capsys):
     """--precision fp16 (with loss scaling, machinery/loss_scale.py) on the CPU: the results
-    say fp16, each epoch's line counts the skipped steps, and the training loss of an epoch
-    (two epochs of 240 examples, 8 steps each) is fp32's within rel 1e-2."""
-    g = synthetic_sst2(tmp_path / "glue", 240, n_dev=40)
+    say fp16, the epoch's line counts the skipped steps, and the training loss of the epoch
+    (160 examples, 5 steps) is fp32's within rel 1e-2."""
+    g = synthetic_sst2(tmp_path / "glue", 160, n_dev=32)
     losses = {}
     for precision in ("fp32", "fp16"):
         out = tmp_path / f"{precision}.json"
         code, stdout, err = run_main(["--ckpt", str(tiny_ckpt), "--glue_dir", str(g), "--out",
-                                      str(out), "--epochs", "2", "--precision", precision],
+                                      str(out), "--epochs", "1", "--precision", precision],
                                      capsys)
         assert code == 0, err
         assert json.loads(out.read_text())["finetune"]["precision"] == precision
@@ -208,7 +208,7 @@ def test_fp16_fine_tuning_runs_near_fp32(tiny_ckpt, tmp_path, capsys):
             (("fp16 skipped " in stdout) == (precision == "fp16")), stdout
         losses[precision] = [float(line.split("train loss ")[1].split(" ")[0])
                              for line in stdout.splitlines() if "train loss" in line]
-    assert len(losses["fp16"]) == 2
+    assert len(losses["fp16"]) == 1
     assert losses["fp16"] == pytest.approx(losses["fp32"], rel=1e-2)
 
 
