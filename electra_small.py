@@ -28,7 +28,7 @@ from ablations import ConfigError, build_model
 from machinery.checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from config import DEMO_VOCAB, SIZES, Config
 from data import DataError, demo_dir, load_meta, load_tokenizer, prepare_demo
-from machinery.device import DeviceError, pick_device
+from machinery.device import DeviceError, pick_device, pick_precision
 from machinery.distributed import Dist
 from flops import train_flops_per_step
 from machinery.divergence import TrainingDiverged
@@ -136,9 +136,14 @@ def parse_args(argv=None):
     p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                   help="auto: bf16 autocast where the hardware has native bf16 "
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default=None,
+                   help="auto (default; on --resume, the checkpoint's): bf16 autocast where the "
+                        "hardware has native bf16, fp16 with loss scaling on GPUs whose tensor "
+                        "cores have only fp16 (sm_70-sm_75: V100, T4, RTX 20xx), else fp32 "
                         "(machinery/device.py)")
+    p.add_argument("--loss_scale", type=cli.positive_float, default=None, metavar="S",
+                   help="fp16: the dynamic loss scale to start from (default 65536, "
+                        "machinery/loss_scale.py)")
     p.add_argument("--plain_mlm", action="store_true",
                    help="train with objectives.sample and mlm_loss instead of the fused "
                         "machinery/mlm_output.py (same numbers, slower: e.g. to train an "
@@ -221,6 +226,9 @@ def check_args(args):
         raise DataError(f"--save_at {args.save_at!r}: give fractions like 0.25,0.5,1") from None
     if any(not 0 < f <= 1 for f in args.save_at):
         raise DataError("--save_at: every fraction must be in (0, 1]")
+    if args.loss_scale and args.precision not in (None, "auto", "fp16"):
+        raise DataError(f"--loss_scale scales fp16's gradients; --precision {args.precision} "
+                        "has none to scale: add --precision fp16, or leave --loss_scale out")
     if args.compile_cache and not args.compile:
         raise DataError("--compile_cache keeps what --compile compiles: add --compile (or "
                         "--compile regional), or leave --compile_cache out")
@@ -251,6 +259,14 @@ def _main(args, dist):
             b = resume["budget"]                                # keep the checkpoint's budget
             args.hours, args.max_steps, args.flops = b["hours"], b["max_steps"], b.get("flops")
         args.seed = resume["seed"]
+        # The precision the run started with, unless another is asked for (one line says so):
+        # another precision rounds differently, so the losses part from a run never stopped.
+        started = resume.get("precision")
+        if started and args.precision not in (None, "auto", started):
+            say(f"note: {ckpt_path} was trained in {started}; continuing in {args.precision} "
+                "as --precision asks (its losses will differ from a run that never stopped)")
+        elif started:
+            args.precision = started
     elif ckpt_path.exists():
         raise DataError(f"{ckpt_path} exists: add --resume to continue it, or pick another "
                         "--out_dir (nothing was overwritten)")
@@ -273,6 +289,12 @@ def _main(args, dist):
         raise DataError(f"batch size {cfg.batch_size} does not split over {dist.world} processes")
     if args.hours is None and args.max_steps is None and args.flops is None:
         args.max_steps = cfg.train_steps
+    # Engineering: the precision this run trains in, by name (machinery/device.py); saved in
+    # its checkpoints and its log.
+    args.precision = pick_precision(args.precision, device).name
+    if args.loss_scale and args.precision != "fp16":
+        raise DataError(f"--loss_scale scales fp16's gradients; this run trains in "
+                        f"{args.precision}: add --precision fp16, or leave --loss_scale out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:                # a file on the way, a read-only or missing place
@@ -286,7 +308,9 @@ def _main(args, dist):
     say(f"{cfg.model}: D {d / 1e6:.2f}M params (incl. {shared / 1e6:.2f}M shared embeddings)"
         + (f", G {g / 1e6:.2f}M + shared" if cfg.model == "electra" else "")
         + f", total {total / 1e6:.2f}M | {train_flops_per_step(cfg):.3g} training FLOPs/step"
-        f" | device {device} x {dist.world} | data {data_dir} ({meta['train_tokens']:,} tokens)")
+        f" | device {device} x {dist.world}, {args.precision}"
+        + (" with loss scaling" if args.precision == "fp16" else "")
+        + f" | data {data_dir} ({meta['train_tokens']:,} tokens)")
     if resume is not None:
         say(f"resuming at step {resume['step']} ({resume['elapsed_s'] / 3600:.2f} h done)")
     budget = f"{args.hours:g} h" if args.hours else f"{args.flops:.3g} FLOPs" if args.flops \

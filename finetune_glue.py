@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from machinery import cli, compile_cache
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
-from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable
+from machinery.device import DeviceError, compile_refusal, pick_device, pick_precision, \
+    refuse_unavailable
+from machinery.loss_scale import make_loss_scale
 from machinery.static_shapes import DEFAULT_BUCKETS, Padded, bucket_lengths, bucket_list, \
     compiled_shapes
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
@@ -199,12 +201,13 @@ def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128)
 # ----------------------------------------------------------------------------- one run
 
 def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print,
-             static=None):
+             static=None, precision=None):
     """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
     end of training, as the official code evaluates (run_finetuning.py: no early stopping).
 
     Engineering: `static`, a machinery.static_shapes.StaticShapes, runs the same batches
-    padded to fixed shapes through its compiled graphs (--compile)."""
+    padded to fixed shapes through its compiled graphs (--compile). precision "fp16": dynamic
+    loss scaling (machinery/loss_scale.py), a step whose gradients overflow skipped."""
     t0 = time.time()
     state, shapes, tok, _ = pre
     task = TASKS[name]
@@ -217,6 +220,7 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     opt = make_adam(groups, hp["optimizer"], hp["lr"], hp["adam_betas"], hp["adam_eps"],
                     hp["weight_decay"], fused=device.type == "cuda")
     base_lrs = [g["lr"] for g in opt.param_groups]
+    loss_scale = make_loss_scale(precision, opt, device)
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
@@ -228,6 +232,7 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     for epoch in range(1, epochs + 1):
         model.train()
         te, loss_sum, n_batches = time.time(), torch.zeros((), device=device), 0
+        skipped = torch.zeros((), device=device)          # fp16: steps that overflowed
         for idx in length_batches(lengths, hp["batch_size"], rng):
             step += 1
             for g, lr in zip(opt.param_groups, base_lrs):
@@ -240,9 +245,12 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
                     logits = model(*collate(train_in, idx, tok.pad_id, device))
                 loss = F.mse_loss(logits[:, 0], y) if task.regression else \
                     F.cross_entropy(logits, y.long())
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
-            opt.step()
+            if loss_scale is not None:        # fp16: scaled, unscaled, clipped, maybe skipped
+                skipped += loss_scale.backward_clip_step(model, opt, loss, hp["grad_clip"])
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
+                opt.step()
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             n_batches += 1
@@ -252,7 +260,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
         metrics = evaluate(name, model, devs, tok.pad_id, device, autocast, static)
         log(f"{name} seed {seed} epoch {epoch}/{epochs} | train loss "
             f"{loss_sum.item() / n_batches:.4f} | dev {task.metric} {metrics[task.metric]:.4f}"
-            f" | {speed:.0f} examples/s", flush=True)
+            f" | {speed:.0f} examples/s" + ("" if loss_scale is None else
+                                             f" | fp16 skipped {int(skipped)} steps"), flush=True)
     return {"seed": seed, "metrics": metrics, "time_s": round(time.time() - t0, 2)}
 
 
@@ -283,7 +292,9 @@ def parse_args(argv=None):
     p.add_argument("--out", type=cli.nonempty,
                    help="results JSON (default: next to the checkpoint)")
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                   help="auto: bf16 where the hardware has native bf16, fp16 with loss scaling "
+                   "on GPUs of sm_70-sm_75 (V100, T4, RTX 20xx), else fp32 (machinery/device.py)")
     p.add_argument("--download", type=cli.out_folder, metavar="DIR",
                    help="download GLUE into DIR first")
     p.add_argument("--max_train", type=cli.positive_int,
@@ -392,6 +403,10 @@ def run(args):
     state, shapes, tok, info = pre
     max_len = min(hp["max_len"], shapes["max_len"])
     compiled = device.type == "cuda" if args.compile is None else args.compile
+    refusal = compile_refusal(device, precision) if compiled else None
+    if refusal:                 # a GPU torch.compile cannot compile for: said, then eager
+        print(refusal)
+        compiled = False
     buckets = bucket_lengths(args.buckets or DEFAULT_BUCKETS, max_len)
     print(f"{info['model']} checkpoint {args.ckpt}: step {info['steps']}, encoder "
           f"{info['params'] / 1e6:.2f}M params | device {device}, {precision}, " +
@@ -419,8 +434,8 @@ def run(args):
                                                    buckets, hp)
             if args.compile_cache:
                 compile_cache.save(args.compile_cache, device)
-        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static)
-                for s in range(args.seeds)]
+        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static,
+                         precision=precision) for s in range(args.seeds)]
         results[name] = summarize(runs, TASKS[name].metric)
 
     score = float(np.mean([100 * r["median"][r["metric"]] for r in results.values()]))

@@ -27,6 +27,7 @@ from data import load_tokenizer
 from flops import hardware_flops_per_step, peak_flops, train_flops_per_step
 from machinery.device import pick_precision
 from machinery.distributed import Dist
+from machinery.loss_scale import make_loss_scale
 from machinery.run_log import RunLog
 from machinery.run_state import Checkpoints, RunState
 from machinery.stepper import Stepper
@@ -85,26 +86,34 @@ def masked_batch(data, cfg, masking):
     return batch, data.state_dict()
 
 
-def training_step(model, opt, batch, lr, cfg, device, precision="auto"):
+def training_step(model, opt, batch, lr, cfg, device, precision="auto", loss_scale=None):
     """The step `train` runs: `electra_step` after the mask, through the model's forward, on
-    a masked CPU batch; returns the statistics, still on the device."""
+    a masked CPU batch; returns the statistics, still on the device. loss_scale: fp16's
+    (machinery/loss_scale.py), else None."""
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
-    # Engineering: bf16 autocast where the hardware computes bf16 natively
-    # (machinery/device.py); the weights, the optimizer and both losses stay in float32.
-    stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1])
+    # Engineering: bf16 autocast where the hardware computes bf16 natively, fp16 on GPUs
+    # whose tensor cores have only fp16 (machinery/device.py); the weights, the optimizer and
+    # both losses stay in float32.
+    stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1],
+                   loss_scale)
     opt.zero_grad(set_to_none=True)
     return stats
 
 
-def update(model, opt, batch, grad_clip, autocast):
+def update(model, opt, batch, grad_clip, autocast, loss_scale=None):
     """Both losses, backward, clipping and Adam on a batch already on the device.
 
     Engineering: machinery/step.py compiles this into one graph with --compile, or each of
-    its Transformer blocks with --compile regional."""
+    its Transformer blocks with --compile regional. In fp16, `loss_scale` runs backward,
+    clipping and Adam, skipping a step whose gradients overflow (machinery/loss_scale.py)."""
     with autocast():
         loss, stats = model(**batch)
+    if loss_scale is not None:
+        skipped = loss_scale.backward_clip_step(model, opt, loss, grad_clip)
+        stats = dict(stats, skipped=skipped.float(), loss_scale=loss_scale.scale.clone())
+        return {k: v.detach() if torch.is_tensor(v) else v for k, v in stats.items()}
     loss.backward()
     # Clipping at global norm 1, as the official code (model/optimization.py); the paper does
     # not mention it. With $λ = 50$, D's gradients decide when it engages.
@@ -127,23 +136,28 @@ def train(cfg, args, device, data_dir, resume=None, dist=None):
     # -- model and optimizer -----------------------------------------------------------------
     model = build_model(cfg, data.tokens).to(device)
     opt = make_optimizer(model, cfg, device)
+    # Engineering: fp16's dynamic loss scaling (machinery/loss_scale.py), None otherwise;
+    # args.precision is the run's, "bf16", "fp16" or "fp32" (electra_small.py decides it).
+    loss_scale = make_loss_scale(args.precision, opt, device, getattr(args, "loss_scale", None))
     # Engineering: the run's counters and budget (machinery/run_state.py): step, FLOPs
     # (Appendix E's count, which changes when two-stage training freezes G), time, the data
     # position. A resume restores them with the weights and the random state: the next batch
     # and its masks are those of a run that never stopped.
     run = RunState(args, dist, device, data, model, opt, train_flops_per_step(cfg, stage(model)),
-                   resume)
+                   resume, loss_scale)
     # Engineering: the log line, MFU and the NaN check (machinery/run_log.py); how a step
     # runs: eager or compiled, DDP, the profiler, the thread count (machinery/stepper.py);
     # checkpoints, never of a NaN and never half-written (machinery/run_state.py).
-    log = RunLog(cfg, args, device, dist, out, say, peak_flops,
+    log = RunLog(cfg, args, device, dist, out, say, lambda d: peak_flops(d, args.precision),
                  lambda: hardware_flops_per_step(cfg, stage(model)),
                  lambda steps: repetition_warning(steps, data), run)
-    step = Stepper(training_step, update, model, opt, cfg, device, args, dist, out, say)
-    ckpt = Checkpoints(run, model, opt, log.nan, out, dist, config=cfg.to_dict(),
+    step = Stepper(training_step, update, model, opt, cfg, device, args, dist, out, say,
+                   loss_scale)
+    ckpt = Checkpoints(run, model, opt, log.nan, out, dist, loss_scale, config=cfg.to_dict(),
                        data_dir=str(Path(data_dir).resolve()), tokenizer=tokenizer.to_text(),
                        budget=dict(hours=args.hours, max_steps=args.max_steps, flops=args.flops),
-                       seed=args.seed, device=str(device), world=dist.world)
+                       seed=args.seed, device=str(device), world=dist.world,
+                       precision=args.precision)
     # Engineering: on a GPU a thread prepares the next batches; on a CPU it would only take
     # cores from the step.
     make_batch = lambda: masked_batch(data, cfg, model.masking)

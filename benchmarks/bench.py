@@ -25,7 +25,7 @@ Then three lines, side by side, that say what a step costs wherever it runs (too
     eager ops per step: ours N, bert N, hf N        aten operations of one eager step (benchmarks/step_cost.py)
     activation memory at batch B: ours X MiB, ...    bytes saved for backward (benchmarks/step_cost.py)
     compiled step: G graph(s), B graph break(s), R recompile(s) over S steps     (ours, machinery/step.py)
-and, for ours, a roofline *estimate* of its step on an H100 SXM, an H200 SXM and an RTX 4090,
+and, for ours, a roofline *estimate* of its step on an H100 SXM, an H200 SXM, an RTX 4090, a V100 and a T4,
 eager and as a CUDA graph, from the bytes and FLOPs of its counted operations (step_cost.roofline; docs/gpu.md
 says what it is worth). Both eager counts depend on the device: on a CPU, attention with dropout takes PyTorch's
 unfused "math" path (~45 operations and the saved attention probabilities per layer), where a
@@ -62,6 +62,7 @@ if not __package__:   # run as a path (python benchmarks/bench.py): import from 
 
 from data import DataError
 from machinery.device import pick_device, pick_precision, refuse_unavailable
+from machinery.loss_scale import make_loss_scale
 from machinery import cli
 from config import SIZES, Config
 from train import make_optimizer, masked_batch, training_step, update
@@ -108,7 +109,8 @@ def check_compiled_step(cfg, device, precision, steps=3):
     small = replace(cfg, batch_size=min(cfg.batch_size, 8))
     c = Contender("ours", small, bench_data(small), device, False, precision)
     c.compiled, c.mode = compile_step(update, c.model, c.opt, cfg.grad_clip, device, precision,
-                                      backend="aot_eager", fullgraph=False), "compiled"
+                                      backend="aot_eager", fullgraph=False,
+                                      loss_scale=c.loss_scale), "compiled"
     for _ in range(steps):
         c.step()
     return c
@@ -135,6 +137,9 @@ class Contender:
         hf = name.startswith("hf")
         self.model = (HFElectra(cfg) if hf else build_model(cfg)).to(device)
         self.opt = make_optimizer(self.model, cfg, device)
+        # fp16 (--precision fp16, or auto on a T4 / V100): training's loss scaling, skip included
+        self.loss_scale = make_loss_scale(pick_precision(precision, device).name, self.opt,
+                                          device)
         self.compiled, self.mode = None, "eager"
         regional = name.endswith("_regional")
         if compile_ or regional or name.endswith("_compiled"):
@@ -142,7 +147,8 @@ class Contender:
             # break splits the whole step instead of failing it, so that graph_counts can count
             # it; HF's Electra compiled the same way, so that the ratio compares like with like
             self.compiled = compile_step(update, self.model, self.opt, cfg.grad_clip, device,
-                                         precision, fullgraph=False, regional=regional)
+                                         precision, fullgraph=False, regional=regional,
+                                         loss_scale=self.loss_scale)
             self.mode = "regional" if regional else "compiled"
         self.attention = self.model.attn if hf else "sdpa"
         self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
@@ -162,7 +168,7 @@ class Contender:
         b, lr = self.next_batch()
         if self.compiled is None:
             self.stats = training_step(self.model, self.opt, b, lr, self.cfg, self.device,
-                                       self.precision)
+                                       self.precision, self.loss_scale)
             return
         try:
             graphs, breaks = compile_counters()
@@ -175,7 +181,7 @@ class Contender:
             self.opt.zero_grad(set_to_none=True)
             self.compiled, self.mode = None, "eager (compile failed)"
             self.stats = training_step(self.model, self.opt, b, lr, self.cfg, self.device,
-                                       self.precision)
+                                       self.precision, self.loss_scale)
 
     def eager_costs(self):
         """Two more eager steps, measured: the aten operations one dispatches (OpCounter) and
@@ -188,13 +194,16 @@ class Contender:
     def _eager_costs(self):
         b, lr = self.next_batch()
         with OpCounter() as ops:
-            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision,
+                          self.loss_scale)
         b, lr = self.next_batch()
         with saved_bytes(self.model) as saved:
-            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision,
+                          self.loss_scale)
         b, lr = self.next_batch()
         with RooflineCounter() as moved:
-            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision)
+            training_step(self.model, self.opt, b, lr, self.cfg, self.device, self.precision,
+                          self.loss_scale)
         self.roofline = {card: dict(zip(("eager_s", "cuda_graph_s"), roofline(moved.ops, spec)))
                          for card, spec in CARDS.items()}
         return ops.n, saved.total
@@ -261,8 +270,9 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="ours and bert run their whole step compiled (machinery/step.py); hf "
                         "stays eager unless named hf_compiled")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                   help="auto: bf16 autocast where the hardware has native bf16 (machinery/device.py)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                   help="auto: bf16 autocast where the hardware has native bf16, fp16 with loss "
+                        "scaling on sm_70-sm_75 GPUs (machinery/device.py)")
     p.add_argument("--threads", type=cli.threads, default=None,
                    help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
     p.add_argument("--json", type=cli.out_file, metavar="OUT.json",
@@ -355,7 +365,7 @@ def main(argv=None):
     # A prediction to hold a GPU's measurement against (step_cost.roofline): an estimate.
     if "ours" in by:
         for card, t in by["ours"]["roofline_estimate"].items():
-            print(f"roofline estimate (not measured) of ours' step on an {card}: eager "
+            print(f"roofline estimate (not measured) of ours' step on {card}: eager "
                   f"{1000 * t['eager_s']:.2f} ms, CUDA graph {1000 * t['cuda_graph_s']:.2f} ms; "
                   f"1M steps in {t['cuda_graph_s'] * 1e6 / 3600:.1f} h (graph)")
     compiled = None

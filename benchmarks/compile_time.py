@@ -39,6 +39,8 @@ def one(mode, device, size, batch_size, layers, cache=None, cache_action=None):
     from benchmarks.bench import MASK_KW, bench_data
     from config import SIZES, Config
     from machinery import compile_cache
+    from machinery.device import pick_precision
+    from machinery.loss_scale import make_loss_scale
     from machinery.step import compile_step
     cfg = replace(Config(), **SIZES[size])
     cfg = replace(cfg, batch_size=batch_size or cfg.batch_size,
@@ -50,8 +52,10 @@ def one(mode, device, size, batch_size, layers, cache=None, cache_action=None):
     torch.manual_seed(0)
     model = build_model(cfg).to(dev)
     opt = train.make_optimizer(model, cfg, dev)
+    # (fp16 where auto picks it: training's loss scaling inside the graph, as training compiles)
+    scale = make_loss_scale(pick_precision("auto", dev).name, opt, dev)
     step = compile_step(train.update, model, opt, cfg.grad_clip, dev, "auto",
-                        regional=mode == "regional")
+                        regional=mode == "regional", loss_scale=scale)
     times, losses = [], []
     for i, b in enumerate(batches):
         t0 = time.perf_counter()

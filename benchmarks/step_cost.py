@@ -92,11 +92,15 @@ def compile_counters():
 
 # ----------------------------------------------------------------------------- a roofline estimate
 
-# Data-sheet figures of three cards (dense, no sparsity): memory bandwidth in bytes/s and the
-# bf16 tensor-core peak with float32 accumulation in FLOP/s. An estimate's inputs, not measured.
+# Data-sheet figures of five cards (dense, no sparsity): memory bandwidth in bytes/s and the
+# tensor-core peak with float32 accumulation in FLOP/s, in the precision --precision auto runs
+# there (bf16; fp16 on the T4 and the V100, which have no bf16). An estimate's inputs, not
+# measured.
 CARDS = {"H100 SXM": dict(bandwidth=3.35e12, peak=989e12),
          "H200 SXM": dict(bandwidth=4.8e12, peak=989e12),
-         "RTX 4090": dict(bandwidth=1.008e12, peak=165.2e12)}
+         "RTX 4090": dict(bandwidth=1.008e12, peak=165.2e12),
+         "V100 SXM2": dict(bandwidth=900e9, peak=125e12),
+         "T4": dict(bandwidth=320e9, peak=65e12)}
 LAUNCH_S = 5e-6          # one eager kernel launch (the ~5-10 us of PyTorch's dispatch + CUDA's)
 
 

@@ -71,6 +71,8 @@ def rng_state():
     state = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():              # Apple's GPU draws from its own
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
@@ -78,3 +80,5 @@ def set_rng_state(state):
     torch.set_rng_state(state["cpu"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "mps" in state and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])

@@ -59,6 +59,9 @@ def progress_line(r):
          f"precision {pct(r.get('disc_precision_replaced'))}")
     eta = time.strftime("%H:%M:%S", time.gmtime(r["eta_s"])) if r["eta_s"] < 86400 else \
         f"{r['eta_s'] / 86400:.1f}d"
+    # fp16: the steps skipped since the last line, their gradients overflowed (loss_scale.py)
+    scaled = "" if r.get("skipped_steps") is None else \
+        f" | fp16 skipped {r['skipped_steps']} (scale {r['loss_scale']:g})"
     return (f"step {r['step']} | L_MLM {r['mlm_loss']:.4f} | G acc {pct(r['gen_acc'])}{disc} | "
             f"{r['tokens_per_s']:,.0f} tok/s | mfu {pct(r['mfu'])} | {r['flops']:.2e} FLOPs | "
-            f"ETA {eta}")
+            f"ETA {eta}{scaled}")

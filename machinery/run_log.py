@@ -51,7 +51,8 @@ class RunLog:
         self.steps += 1
         for k, v in stats.items():
             v = torch.stack(v) if isinstance(v, tuple) else v.detach()
-            self.sums[k] = self.sums[k] + v if k in self.sums else v
+            # fp16's loss scale: the latest, not a sum (machinery/loss_scale.py)
+            self.sums[k] = self.sums[k] + v if k in self.sums and k != "loss_scale" else v
 
     def due(self):
         return self.run.step % self.args.log_every == 0 or self.run.progress() >= 1.0
@@ -114,6 +115,10 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, hw_flops_pe
     if "replaced_correct" in s and "disc_correct" in s and s["disc_correct"][1] > 0:
         share = (s["replaced_correct"][1] / s["disc_correct"][1]).item()
         prior = sum(-p * math.log(p) for p in (share, 1 - share) if p > 0)
+    # fp16 (machinery/loss_scale.py): steps skipped because their gradients overflowed, over
+    # every process, and the loss scale now
+    scaled = dict(skipped_steps=int(s["skipped"].item()),
+                  loss_scale=(s["loss_scale"] / world).item()) if "skipped" in s else {}
     return dict(step=st["step"], mlm_loss=(s["mlm_loss"] / steps / world).item(),
                 disc_loss=(s["disc_loss"] / steps / world).item() if "disc_loss" in s else None,
                 replaced_share=share, disc_prior_entropy=prior,
@@ -122,6 +127,7 @@ def log_record(sums, steps, dt, peak, cfg, args, st, flops_per_step, hw_flops_pe
                 disc_precision_replaced=ratio("replaced_flagged"), tokens_per_s=tok_s, mfu=mfu,
                 flops=st["flops"], elapsed_s=st["elapsed"], eta_s=max(0.0, left), lr=lr,
                 model=cfg.model, objective="mlm" if cfg.model == "bert" else cfg.objective,
+                precision=getattr(args, "precision", None), **scaled,
                 gpu_peak_bytes=gpu_peak_bytes(next(iter(sums.values())).device))
 
 

@@ -23,7 +23,8 @@ class RunState:
     """The counters of a run (step, flops, elapsed, setup_s, saved_fractions, data_state), its
     budget's progress and its clock; restored from `resume`, a loaded checkpoint, if given."""
 
-    def __init__(self, args, dist, device, data, model, opt, flops_per_step, resume=None):
+    def __init__(self, args, dist, device, data, model, opt, flops_per_step, resume=None,
+                 loss_scale=None):
         self.args, self.dist, self.flops_per_step = args, dist, flops_per_step
         self.step, self.flops, self.elapsed, self.setup_s, self.saved_fractions = 0, 0.0, 0.0, \
             0.0, []
@@ -34,6 +35,8 @@ class RunState:
                 resume["elapsed_s"]
             self.setup_s = resume.get("setup_s", 0.0)
             self.saved_fractions = list(resume.get("saved_fractions", []))
+            if loss_scale is not None and resume.get("loss_scale"):
+                loss_scale.load_state_dict(resume["loss_scale"])  # fp16: the scale it reached
             data.load_state_dict(resume["data"])          # the exact next batch ...
             set_rng_state(resume["rng"])                  # ... and the exact next masks
         self.data_state = data.state_dict()               # position after the last used batch
@@ -90,9 +93,10 @@ class Checkpoints:
     never half-written (machinery/checkpoint.py); only rank 0 writes. `fixed`: what every
     checkpoint holds besides the run's state (config, tokenizer, data folder, budget, ...)."""
 
-    def __init__(self, run, model, opt, nan, out, dist, **fixed):
+    def __init__(self, run, model, opt, nan, out, dist, loss_scale=None, **fixed):
         self.run, self.model, self.opt, self.nan, self.out, self.dist = \
             run, model, opt, nan, Path(out), dist
+        self.loss_scale = loss_scale             # fp16's scale, saved with the optimizer
         self.fixed, self.last = fixed, time.time()
 
     def save(self, name="ckpt.pt"):
@@ -103,6 +107,7 @@ class Checkpoints:
         state = dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(),
                      step=run.step, flops=run.flops, elapsed_s=run.elapsed, setup_s=run.setup_s,
                      rng=rng_state(), data=run.data_state, saved_fractions=run.saved_fractions,
+                     loss_scale=self.loss_scale.state_dict() if self.loss_scale else None,
                      **self.fixed)
         try:
             save_checkpoint(self.out / name, state)

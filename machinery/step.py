@@ -42,7 +42,7 @@ from machinery.device import pick_precision
 
 
 def compile_step(update, model, opt, grad_clip, device, precision="auto", backend="inductor",
-                 fullgraph=True, regional=False):
+                 fullgraph=True, regional=False, loss_scale=None):
     """train.training_step compiled whole: returns step(batch, lr) -> statistics, taking and
     returning what training_step(model, opt, batch, lr, ...) does. `update` is train.update, the
     lines of training_step that the graph holds (passed in: train.py imports this file, not the
@@ -51,9 +51,12 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     "aot_eager" traces the same graph without generating code (quick: the tests use it);
     fullgraph=False lets a graph break split the step instead of failing (bench.py counts).
     regional=True compiles only the Transformer blocks, one for all its repeats, and runs the
-    rest eagerly (`compile_regional`: a fraction of the whole step's compiling time)."""
+    rest eagerly (`compile_regional`: a fraction of the whole step's compiling time).
+    loss_scale: fp16's (machinery/loss_scale.py): its scale and its skip of an overflowed
+    step stay inside the graph, with no host read."""
     if regional:
-        return compile_regional(update, model, opt, grad_clip, device, precision, backend)
+        return compile_regional(update, model, opt, grad_clip, device, precision, backend,
+                                loss_scale)
     if hasattr(torch._dynamo.config, "trace_autograd_ops"):  # (else the first call fails,
         torch._dynamo.config.trace_autograd_ops = True     # and train.py goes on eagerly)
     lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
@@ -63,7 +66,9 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     # quietly runs without CUDA graphs (counted as "cudagraph_skips"; bench.py prints it).
     # torch.optim's own optimizers get this from Dynamo through their _init_group; ours is
     # plain Python. guard=True: a tensor replaced later (a new state) compiles the step again.
-    for t in lrs + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]:
+    # fp16's loss scale and its count of good steps likewise.
+    for t in lrs + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)] + \
+            (loss_scale.tensors() if loss_scale is not None else []):
         torch._dynamo.mark_static_address(t, guard=True)
     autocast = pick_precision(precision, device)[1]
     # CUDA graphs replay the compiled step with one launch. They keep their outputs in buffers
@@ -71,7 +76,7 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     cuda_graphs = device.type == "cuda" and backend == "inductor"
 
     def whole_step(batch):
-        stats = update(model, opt, batch, grad_clip, autocast)
+        stats = update(model, opt, batch, grad_clip, autocast, loss_scale)
         for group in opt.param_groups:                      # zero_grad(set_to_none=True),
             for p in group["params"]:                       # traced: the gradients stay
                 p.grad = None                               # inside the graph
@@ -96,7 +101,8 @@ def repeated_blocks(model):
             and len({type(b) for b in lst}) == 1 for m in lst]
 
 
-def compile_regional(update, model, opt, grad_clip, device, precision="auto", backend="inductor"):
+def compile_regional(update, model, opt, grad_clip, device, precision="auto", backend="inductor",
+                     loss_scale=None):
     """The step of `compile_step`, ready in a fraction of the time: returns step(batch, lr).
 
     Inductor compiles a graph's every operation anew, and the whole step holds 12 copies of D's
@@ -134,7 +140,7 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
         for group in opt.param_groups:
             group["lr"] = lr                    # (eager Adam: a number, as training_step's)
-        stats = update(model, opt, batch, grad_clip, autocast)
+        stats = update(model, opt, batch, grad_clip, autocast, loss_scale)
         opt.zero_grad(set_to_none=True)
         return stats
     return step

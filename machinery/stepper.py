@@ -7,7 +7,9 @@ path here runs its lines).
   backward of their own) and with torch.optim.AdamW (its step breaks graphs on purpose). The
   model is compiled inside DDP, so Dynamo does not trace DDP.
 - A torch.compile that fails, when the step is set up or at its first call (a torch or a GPU it
-  does not support), gets one line, and the run goes on with the eager step.
+  does not support), gets one line, and the run goes on with the eager step; so does a GPU
+  that torch.compile cannot compile for (machinery/device.py `compile_refusal`: older than
+  sm_70, or bf16 below sm_80), said before any compiling.
 - Under torchrun the model is wrapped in DistributedDataParallel (machinery/distributed.py);
   two-stage training, whose other parameters train from half-way, gets a new DDP around the
   same model.
@@ -26,6 +28,7 @@ import sys
 import torch
 
 from machinery import compile_cache
+from machinery.device import compile_refusal
 from machinery.profile import start_profile
 from machinery.step import compile_step
 from machinery.threads import ThreadChooser
@@ -35,9 +38,15 @@ class Stepper:
     """step(batch, lr) -> the step's statistics, on the device: `training_step` (eager) or its
     compiled graph, with the fallback, DDP, the profiler and the thread choice around it."""
 
-    def __init__(self, training_step, update, model, opt, cfg, device, args, dist, out, say):
+    def __init__(self, training_step, update, model, opt, cfg, device, args, dist, out, say,
+                 loss_scale=None):
         self.training_step, self.raw_model, self.opt = training_step, model, opt
         self.cfg, self.device, self.args, self.dist = cfg, device, args, dist
+        self.loss_scale = loss_scale                  # fp16's (machinery/loss_scale.py) or None
+        refusal = compile_refusal(device, args.precision) if args.compile else None
+        if refusal:
+            say(refusal)
+            args.compile = None
         compile_model = args.compile and (dist.enabled or cfg.optimizer != "official")
         # the saved artifacts in, before anything compiles (every process: each compiles);
         # written after the first step, by one
@@ -52,7 +61,8 @@ class Stepper:
         if args.compile and not compile_model:
             try:    # (a torch without what machinery/step.py sets up: eager, as a failed compile)
                 self.step = compile_step(update, model, opt, cfg.grad_clip, device,
-                                         args.precision, regional=args.compile == "regional")
+                                         args.precision, regional=args.compile == "regional",
+                                         loss_scale=loss_scale)
             except Exception as e:
                 compile_failed(e)
         self.prof = start_profile(args.profile, out, device) \
@@ -62,7 +72,7 @@ class Stepper:
     def __call__(self, batch, lr):
         stats, self.step, self.model = compiled_step(
             self.training_step, self.step, self.model, self.raw_model, self.opt, batch, lr,
-            self.cfg, self.device, self.args)
+            self.cfg, self.device, self.args, self.loss_scale)
         if self.cache:             # (whether or not the step fell back: what did compile)
             if self.dist.main:
                 compile_cache.save(self.cache, self.device, self.say)
@@ -82,14 +92,16 @@ class Stepper:
             self.prof.stop()                              # (writes the trace if still recording)
 
 
-def compiled_step(training_step, step, model, raw_model, opt, batch, lr, cfg, device, args):
+def compiled_step(training_step, step, model, raw_model, opt, batch, lr, cfg, device, args,
+                  loss_scale=None):
     """One step, compiled (machinery/step.py) if there is a compiled `step`, else
     training_step; falls back to the eager model if torch.compile fails here. Returns
     (statistics, step, model), the last two changed by a fallback."""
     try:
         if step is not None:
             return step(batch, lr), step, model
-        return training_step(model, opt, batch, lr, cfg, device, args.precision), step, model
+        return training_step(model, opt, batch, lr, cfg, device, args.precision, loss_scale), \
+            step, model
     except Exception as e:
         if not args.compile or (step is None and unwrapped(model) is raw_model):
             raise
@@ -101,7 +113,8 @@ def compiled_step(training_step, step, model, raw_model, opt, batch, lr, cfg, de
             model.module = raw_model
         else:
             model = raw_model
-        return training_step(model, opt, batch, lr, cfg, device, args.precision), None, model
+        return training_step(model, opt, batch, lr, cfg, device, args.precision, loss_scale), \
+            None, model
 
 
 def unwrapped(model):

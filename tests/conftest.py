@@ -172,14 +172,14 @@ def pytest_configure(config):
         r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning")
     config.addinivalue_line(
         "markers", "extras: takes another branch where the optional extras (transformers, "
-        "safetensors, datasets) are installed; CI runs it again once they are")
+        "safetensors, datasets, jupytext) are installed; CI runs it again once they are")
 
 
 # CI's second pass (.ci/run), after installing the optional extras, runs only what they change:
 # the tests the first pass skipped for want of one (their node ids, which the first pass writes
 # to the file ELECTRA_EXTRA_SKIPS names) and the tests marked `extras`. ELECTRA_EXTRAS_PASS names
 # that file in the second pass.
-EXTRAS = ("transformers", "safetensors", "datasets", "tokenizers")
+EXTRAS = ("transformers", "safetensors", "datasets", "tokenizers", "jupytext")
 
 
 def pytest_runtest_logreport(report):

@@ -51,7 +51,7 @@ SCRIPTS = {
         ["--ckpt_every_min", "0"], ["--ckpt_every_min", "-1"], ["--ckpt_every_min", "nan"],
         ["--save_every", "-1"],
         ["--threads", "0"], ["--threads", "-1"], ["--threads", "100000"],
-        ["--precision", "fp8"], ["--profile", "0"], ["--profile", "-1"],
+        ["--precision", "fp8"], ["--loss_scale", "0"], ["--loss_scale", "nan"], ["--profile", "0"], ["--profile", "-1"],
         ["--compile_cache", "c.bin"], (["--compile", "--compile_cache", "no/c.bin"], "--compile_cache"),
         (["--compile", "regional", "--compile_cache", "DIR"], "--compile_cache"),
         (["--bogus"], "--bogus")]),
@@ -77,7 +77,7 @@ SCRIPTS = {
         (["--corpus", "c.txt", "--threads", "100000"], "--threads")]),
     "finetune_glue": (["--ckpt", "none.pt", "--glue_dir", "glue"], [
         ["--ckpt", ""], ["--glue_dir", ""], ["--seeds", "0"], ["--seeds", "-1"],
-        ["--out", ""], ["--device", "tpu"], ["--precision", "fp16"],
+        ["--out", ""], ["--device", "tpu"], ["--precision", "fp8"],
         (["--no-compile", "--compile_cache", "c.bin"], "--compile_cache"),
         (["--compile", "--compile_cache", "no/c.bin"], "--compile_cache"),
         ["--download", ""], (["--download", "FILE"], "--download"),

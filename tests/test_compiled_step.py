@@ -154,10 +154,14 @@ def test_the_regional_step_equals_eager_one_graph_per_kind_of_block():
 HOST_READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 
-def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path, monkeypatch,
+                                                             precision):
     """Every way of reading a tensor's value on the host (which, on a GPU, waits for all queued
     work) fails while the training loop runs, except where it logs and checkpoints; the loop
-    logs every 4 steps, so steps 1-3 and 5-7 must run without one."""
+    logs every 4 steps, so steps 1-3 and 5-7 must run without one. fp16 too: its loss scaling
+    skips an overflowed step on the device (machinery/loss_scale.py; --loss_scale 2^30 makes
+    the first steps overflow)."""
     import electra_small
     state = dict(trap=False, allowed=0, steps=0)
 
@@ -195,8 +199,9 @@ def test_the_training_loop_reads_no_tensor_between_log_lines(data_dir, tmp_path,
     monkeypatch.setattr(stepper, "compiled_step", counted(stepper.compiled_step))
     code = electra_small.main(["--data", str(data_dir), "--size", "tiny", "--max_steps", "8",
                                "--log_every", "4", "--out_dir", str(tmp_path / "run"),
-                               "--threads", "1", "--precision", "fp32",
-                               "--ckpt_every_min", "1000"])
+                               "--threads", "1", "--precision", precision,
+                               "--ckpt_every_min", "1000"]
+                              + (["--loss_scale", str(2 ** 30)] if precision == "fp16" else []))
     state["trap"] = False
     assert code == 0 and state["steps"] == 8
     assert (tmp_path / "run" / "ckpt.pt").exists()

@@ -191,6 +191,27 @@ def test_end_to_end_learns_synthetic_task(tiny_ckpt, tmp_path, capsys):
     assert r["finetune"]["lr"] == 1e-3 and fg.HPARAMS["lr"] == 3e-4   # Table 7 left intact
 
 
+def test_fp16_fine_tuning_runs_near_fp32(tiny_ckpt, tmp_path, capsys):
+    """--precision fp16 (with loss scaling, machinery/loss_scale.py) on the CPU: the results
+    say fp16, the epoch's line counts the skipped steps, and the training loss of the epoch
+    (160 examples, 5 steps) is fp32's within rel 1e-2."""
+    g = synthetic_sst2(tmp_path / "glue", 160, n_dev=32)
+    losses = {}
+    for precision in ("fp32", "fp16"):
+        out = tmp_path / f"{precision}.json"
+        code, stdout, err = run_main(["--ckpt", str(tiny_ckpt), "--glue_dir", str(g), "--out",
+                                      str(out), "--epochs", "1", "--precision", precision],
+                                     capsys)
+        assert code == 0, err
+        assert json.loads(out.read_text())["finetune"]["precision"] == precision
+        assert (f"device cpu, {precision}" in stdout) and \
+            (("fp16 skipped " in stdout) == (precision == "fp16")), stdout
+        losses[precision] = [float(line.split("train loss ")[1].split(" ")[0])
+                             for line in stdout.splitlines() if "train loss" in line]
+    assert len(losses["fp16"]) == 1
+    assert losses["fp16"] == pytest.approx(losses["fp32"], rel=1e-2)
+
+
 def test_real_glue_rte_and_mrpc(tiny_ckpt, tmp_path, capsys):
     g = SHARED / "glue"
     if not (g / "RTE").is_dir() or not (g / "MRPC").is_dir():
