@@ -40,8 +40,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 def autocast_for_graphs(precision_name, device):
     """The autocast context a recorded step runs its forward passes in: autocast's weight
     cache off (above)."""
-    if precision_name == "bf16":
-        return lambda: torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
+    if precision_name in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision_name == "bf16" else torch.float16
+        return lambda: torch.autocast(device.type, dtype=dtype, cache_enabled=False)
     return contextlib.nullcontext
 
 
@@ -54,10 +55,12 @@ def record_into(graph, body):
         return body()
 
 
-def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2):
-    """step(batch, lr) -> statistics: `update(model, opt, batch, grad_clip, autocast)` (train.
-    update: both losses, backward, clipping, Adam) run `warmup` times, then recorded as one CUDA
-    graph and replayed for every later batch of the same shapes."""
+def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2, loss_scale=None):
+    """step(batch, lr) -> statistics: `update(model, opt, batch, grad_clip, autocast,
+    loss_scale)` (train.update: both losses, backward, clipping, Adam; in fp16 with the loss
+    scale's on-device skip, machinery/loss_scale.py, which reads nothing back either) run
+    `warmup` times, then recorded as one CUDA graph and replayed for every later batch of the
+    same shapes."""
     lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
     side = torch.cuda.Stream(device)
     state = dict(calls=0, graph=None, batch=None, stats=None)
@@ -71,7 +74,7 @@ def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2):
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             opt.zero_grad(set_to_none=True)   # (after a replay .grad is the graph's: drop it)
-            stats = update(model, opt, batch, grad_clip, autocast)
+            stats = update(model, opt, batch, grad_clip, autocast, loss_scale)
             opt.zero_grad(set_to_none=True)
         torch.cuda.current_stream(device).wait_stream(side)
         return stats
@@ -84,7 +87,7 @@ def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2):
 
         def body():
             opt.zero_grad(set_to_none=True)          # the gradients: the graph's own memory
-            return update(model, opt, state["batch"], grad_clip, autocast)
+            return update(model, opt, state["batch"], grad_clip, autocast, loss_scale)
         state["stats"] = record_into(graph, body)
         state["graph"] = graph
 

@@ -134,7 +134,7 @@ def compile_regional(update, model, opt, grad_clip, device, precision="auto", ba
     # Not with two-stage training, whose second stage trains other parameters than the first.
     if device.type == "cuda" and backend == "inductor" and getattr(model, "stage", None) is None:
         return recorded_step(update, model, opt, grad_clip, device,
-                             autocast_for_graphs(name, device))
+                             autocast_for_graphs(name, device), loss_scale=loss_scale)
 
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}

@@ -109,3 +109,32 @@ def test_the_statistics_are_copies(cpu_cuda):
     out = [step(b, 1e-3) for b in batches]
     kept = [o["disc_loss"].item() for o in out]
     assert len(set(kept)) == 4                       # each step's own value, none overwritten
+
+
+def test_recorded_fp16_step_carries_the_loss_scale(cpu_cuda):
+    """fp16 with loss scaling (machinery/loss_scale.py), the scale starting high enough that
+    the first steps overflow and are skipped: six steps recorded (two warm-up, the recording,
+    three replays) give the eager step's losses, skips and scales, and the same weights."""
+    from machinery.device import pick_precision
+    from machinery.loss_scale import LossScale
+    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
+    cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    twin = copy.deepcopy(model)
+    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    scale, twin_scale = LossScale(CPU, init_scale=2.0 ** 24), LossScale(CPU, init_scale=2.0 ** 24)
+    step = cuda_graph.recorded_step(train.update, twin, twin_opt, cfg.grad_clip, CPU,
+                                    pick_precision("fp16", CPU).autocast, loss_scale=twin_scale)
+    eager, got = [], []
+    for i, batch in enumerate(bench.make_batches(cfg, n=6)["electra"]):
+        torch.manual_seed(i)
+        eager.append(train.training_step(model, opt, batch, 1e-3, cfg, CPU, "fp16", scale))
+        torch.manual_seed(i)
+        got.append(step(batch, 1e-3))
+    assert sum(e["skipped"].item() for e in eager) >= 1          # the case is exercised
+    for i, (e, g) in enumerate(zip(eager, got)):
+        for k in ("mlm_loss", "disc_loss", "skipped", "loss_scale"):
+            assert g[k].item() == pytest.approx(e[k].item(), rel=1e-5), (i, k)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
