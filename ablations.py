@@ -209,8 +209,8 @@ def embed_tokens(emb, token_vectors, segment_ids=None):
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: a blog review ("Paper Review: Electra", not a peer review;
-    docs/reviewers-questions.md) proposes annealing G from maximum likelihood to "a full
+    """Not the paper's: a blog review (Mark Neumann, "Paper Review: Electra",
+    https://markneumann.xyz/blog/electra; not a peer review; docs/reviewers-questions.md) proposes annealing G from maximum likelihood to "a full
     REINFORCE based gradient estimate using the Gumbel-Softmax Trick". This code anneals to a
     straight-through Gumbel-softmax gradient instead: $x̂_t = argmax(l_t + g_t)$,
     $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient follows

@@ -235,6 +235,14 @@ def synthetic_arrays(vocab_size, n_tokens, seed=0):
     return tokens, lengths, meta
 
 
+def pinned(value):
+    """A page-locked copy of a tensor, or of each tensor of a NamedTuple such as
+    `objectives.Masked` (the same type back), so that it copies to a GPU asynchronously."""
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    return type(value)(*(t.pin_memory() for t in value))
+
+
 class Prefetcher:
     """Engineering: prepares batches in a background thread while the GPU computes (reading,
     masking and copying into pinned memory would otherwise stall it). Each item is (batch,
@@ -250,7 +258,7 @@ class Prefetcher:
         try:
             while not self.stop.is_set():
                 item = self.make_batch()
-                item = ({k: v.pin_memory() for k, v in item[0].items()}, item[1])
+                item = ({k: pinned(v) for k, v in item[0].items()}, item[1])
                 while not self.stop.is_set():
                     try:
                         self.queue.put(item, timeout=0.1)

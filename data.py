@@ -6,7 +6,7 @@ byte-level BPE on your own corpus instead (machinery/tokenizer.py; 30,522 entrie
 BERT's size), so any text can be prepared offline, and keeps every sentence's length and
 every document's end, where batches.py cuts examples.
 
-    python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
+    python data.py --corpus my_corpus.txt.xz --name mine
     python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki
 
 (the second needs `pip install datasets`) write data/NAME/: each split's token ids (uint16, as

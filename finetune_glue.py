@@ -9,7 +9,7 @@ seeds, as §3.1 reports. From the official code, not the paper: Adam without bia
 decay 0.01 and learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0
 and 3e-4.
 
-    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir ../shared/data/glue
+    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
 
 Engineering: batches group examples of similar length and are padded to their longest only

@@ -15,8 +15,23 @@ $$ L_MLM(x, θ_G) = E[ sum_{i ∈ m} −log p_G(x_i | x^masked) ]
    "    " −1(x^corrupt_t = x_t) log D(x^corrupt, t)
    "    " − 1(x^corrupt_t ≠ x_t) log(1 − D(x^corrupt, t)) ] $$
 
-with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flows through the
-sample x̂. Below, in that order, under three headings: 1. mask (the first display's first two
+with $k = ⌈0.15 n⌉$ masked positions (footnote 3), X the corpus, $θ_G$ and $θ_D$ the weights
+of G and D, and $λ = 50$ (Appendix A); no gradient flows through the sample x̂.
+
+λ weighs means, not these sums. The paper writes sums, over the k masked positions and over all
+n tokens; the official code (run_pretraining.py: `get_softmax_output`,
+`_get_discriminator_output`) and this code (`mlm_loss`, `disc_loss`) take means over the batch,
+and $λ = 50$ (configure_pretraining.py, `disc_weight`) weighs those means:
+
+$$ L_MLM = 1/|M| sum_{(x, i) ∈ M} −log p_G(x_i | x^masked)
+   L_Disc = 1/|R| sum_{(x, t) ∈ R} ℓ(x, t) $$
+
+with M the batch's used mask slots (about 19 per 128-token sequence), R its real tokens (all
+but padding, about 128 per sequence) and $ℓ(x, t)$ the bracket of the paper's $L_Disc$ at t. With
+the paper's sums, $λ = 50$ would weigh D about $n / k ≈ 6.7$ times more than the official code
+does; the same mix with sums is $λ ≈ 50 k / n ≈ 7.4$.
+
+Below, in that order, under three headings: 1. mask (the first display's first two
 rows: `mask_tokens`), 2. sample and corrupt (its last two: `sample`, `corrupt`), 3. the losses
 (`mlm_loss`, `disc_loss`, and `ELECTRA`, which adds them); then `BERT` (§3.3), the baseline:
 the mask step and $L_MLM$ only; last, 4. the small helpers they share.
@@ -56,7 +71,8 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     $k = round(p n)$ for p `mask_prob` (a half rounds either way), at least 1, at most n and
     n_slots; a uniformly random k-subset in the first k slots; $x^masked$ differs from x at
     used positions only; targets is x at every slot's position; the same `generator` seed, the
-    same masks."""
+    same masks (`generator` is the random source, a torch.Generator as torch names it, not G:
+    the graded contract passes it by that keyword)."""
     # BEGIN ASSIGNMENT mask
     # 15 % of the chosen tokens are shown as they are because the official code does so
     # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the
@@ -67,8 +83,8 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
         is_real &= x != s
     n = is_real.sum(1)
     k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
-    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the K
-    # best in order, so the first k are a uniform sample.
+    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the
+    # n_slots best in order (the K slots of `Masked`), so the first k are a uniform sample.
     scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
     positions = scores.topk(n_slots, dim=1).indices
     weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
@@ -100,27 +116,11 @@ class Masked(NamedTuple):
     def to(self, device, non_blocking=False):
         return Masked(*(t.to(device, non_blocking=non_blocking) for t in self))
 
-    def pin_memory(self):
-        """Engineering: page-locked copies, as Tensor.pin_memory, so that `batches.Prefetcher`
-        can copy a batch to a GPU asynchronously."""
-        return Masked(*(t.pin_memory() for t in self))
-
 
 def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
     """K, the fixed number of mask slots: $⌊(0.15 + 0.005) ⋅ 128⌋ = 19$, as the official code
     (configure_pretraining.py)."""
     return int((mask_prob + 0.005) * seq_len)
-
-
-def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
-    """Engineering: for the tools that draw m on one unpadded text x (1, T) as a training step
-    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
-    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
-    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
-    kept, and with it every seeded draw made so far."""
-    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
-                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
-    return max(mask_slots(x.shape[1], mask_prob), int(k))
 
 
 # ============================================================================ 2. sample and corrupt
@@ -173,7 +173,7 @@ def corrupt(x, masked: Masked, x_hat):
 # ============================================================================ 3. the losses
 
 def mlm_loss(logits, targets, weights):
-    """$L_MLM$: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
+    """$L_MLM$: the mean over the batch's used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
     sum; the official code averages: run_pretraining.py, `get_softmax_output`), in float32,
     accurate for logits as large as ±100. logits (B, K, V) at the masked positions, targets
     (B, K), weights (B, K). By default training computes the same number fused with
@@ -186,7 +186,7 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """$L_Disc$: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` (all but padding, as run_pretraining.py), in float32, accurate for logits as
+    batch's tokens in `mask` (all but padding, as run_pretraining.py; the paper writes a sum), in float32, accurate for logits as
     large as ±100 (in float32, sigmoid(17) is already 1). D's logit scores "replaced":
     $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one cross-entropy."""
     # BEGIN ASSIGNMENT disc_loss
@@ -242,12 +242,13 @@ class ELECTRA(Pretraining):
         scored = real_tokens(x, pad_mask)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
                                                   **inp)
-        # $λ = 50$: the paper picked it among 1, 10, 20, 50 and 100 (Appendix A), $L_Disc$ being
-        # "typically much lower" than $L_MLM$ (footnote 8). For weights only one loss reaches (D's
-        # own, G's own), Adam's update is unchanged (up to ε) when that loss is scaled, so
-        # $λ = 50$ does not make D learn 50 times faster; what λ changes is the mix of the two
-        # gradients in the shared embeddings, and how often the clip at norm 1 (train.py)
-        # scales every gradient down, G's included.
+        # λ weighs the two means (the introduction shows both forms): $λ = 50$, which the paper
+        # picked among 1, 10, 20, 50 and 100 (Appendix A), $L_Disc$ being "typically much
+        # lower" than $L_MLM$ (footnote 8). For weights only one loss reaches (D's own, G's
+        # own), Adam's update is unchanged (up to ε) when that loss is scaled, so $λ = 50$ does
+        # not make D learn 50 times faster; what λ changes is the mix of the two gradients in
+        # the shared embeddings, and how often the clip at norm 1 (train.py) scales every
+        # gradient down, G's included.
         loss = loss_mlm + self.disc_weight * loss_disc
         # END ASSIGNMENT joint_loss
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
@@ -274,8 +275,9 @@ class ELECTRA(Pretraining):
         real = real_tokens(x, pad_mask)
         loss = disc_loss(logits, is_replaced, scored)
         with torch.no_grad():                               # statistics for the progress line
-            # Accuracy hides "the plateau" (this project's name, not the paper's; train.py):
-            # answering "real" everywhere already scores 85-93 %. Recall (replaced tokens D
+            # Accuracy hides "the plateau", this project's name (not the paper's) for the early
+            # phase in which D catches under 10 % of the replaced tokens (train.py): answering
+            # "real" everywhere already scores 85-93 %. Recall (replaced tokens D
             # catches) and precision (flagged tokens that were replaced) show when D learns.
             flagged = (logits > 0) & real
             caught = (flagged & is_replaced).float().sum()

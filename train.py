@@ -34,15 +34,16 @@ from objectives import corrupt, disc_loss, mask_tokens, mlm_loss, sample
 from optim import decay_groups, make_adam
 
 
-def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
+def electra_step(model, opt, batch, lr, cfg, meta, rng=None):
     """One step of ELECTRA (Figure 2, §2): mask, G, corrupt, D, $L_MLM + λ L_Disc$, Adam.
-    batch: `PretrainingData.next_batch`'s; meta: its token ids; generator: its mask RNG.
+    batch: `PretrainingData.next_batch`'s; meta: its token ids; rng: the mask's random source
+    (a torch.Generator; G is the generator network).
     Training runs `training_step`: the same numbers, faster."""
     x, pad_mask, segment_ids = batch["x"], batch["pad_mask"], batch["segment_ids"]
     G, D, λ = model.generator, model.discriminator, model.disc_weight
     # Mask: the positions m (15 % of the tokens) and $x^masked = REPLACE(x, m, [MASK])$.
     masked = mask_tokens(x, (meta["pad_id"], meta["cls_id"], meta["sep_id"]), meta["mask_id"],
-                         cfg.n_slots, cfg.mask_prob, generator=generator)
+                         cfg.n_slots, cfg.mask_prob, generator=rng)
     # G reads x_masked: $L_MLM$ at the positions m, and a sample $x̂_i ∼ p_G$ at each of them.
     # BEGIN ANSWER joint_loss
     gen_logits = G(masked.x_masked, masked.positions, pad_mask, segment_ids)

@@ -541,3 +541,39 @@ def test_the_lambda_note_holds(one_thread):
     assert apart(a, b, shared) > 0.1
     (_, grad_a), (_, grad_b) = step(1.0, 1.0), step(50.0, 1.0)        # the clip at norm 1
     assert grad_b < grad_a / 2
+
+
+@needs_markdown
+def test_lambda_weighs_the_means_the_page_shows(built):
+    """λ = 50 belongs to the losses' means, and the objectives page says so where it introduces
+    λ: its display divides L_MLM by |M| (the batch's used mask slots) and L_Disc by |R| (its
+    real tokens), which is what `mlm_loss` and `disc_loss` compute (checked numerically: the
+    mean, not the sum), and its n / k and 50 k / n are Small's 128 tokens and 19 slots."""
+    import torch
+    from config import Config
+    from objectives import disc_loss, mlm_loss
+    out, _ = built
+    page = (out / "objectives.html").read_text(encoding="utf-8")
+    intro = page[:page.index('id="mask_tokens"')]
+    prose = " ".join(" ".join(NoteText(intro).text).split())
+    assert "λ weighs means, not these sums" in prose and "configure_pretraining.py" in intro
+    means = re.findall(r'<math display="block">(.*?)</math>', intro, re.S)[-1]
+    for n in ("M", "R"):            # 1/|M| and 1/|R| before a ∑, once each
+        assert re.search(rf"<mn>1</mn><mo>/</mo><mo[^>]*>\|</mo><mi>{n}</mi><mo[^>]*>\|</mo>"
+                         r"<munder><mo[^>]*>∑</mo>", means), n
+    g = torch.Generator().manual_seed(5)
+    logits, replaced = torch.randn(4, 12, generator=g), torch.rand(4, 12, generator=g) < 0.2
+    real = torch.rand(4, 12, generator=g) < 0.8
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, replaced.float(), reduction="none")
+    assert torch.allclose(disc_loss(logits, replaced, real), bce[real].sum() / real.sum())
+    assert not torch.allclose(disc_loss(logits, replaced, real), bce[real].sum())
+    gen, targets = torch.randn(4, 5, 30, generator=g), torch.randint(0, 30, (4, 5), generator=g)
+    used = (torch.arange(5)[None] < torch.tensor([[5], [3], [4], [1]])).float()
+    nll = torch.nn.functional.cross_entropy(gen.flatten(0, 1), targets.flatten(),
+                                            reduction="none").view(4, 5)
+    assert torch.allclose(mlm_loss(gen, targets, used), (nll * used).sum() / used.sum())
+    cfg = Config()
+    n, k = cfg.seq_len, cfg.n_slots
+    assert cfg.disc_weight == 50                   # the λ the page names
+    assert f"{n / k:.1f}" in intro and f"{cfg.disc_weight * k / n:.1f}" in intro
