@@ -383,11 +383,12 @@ def render_page(k, file, root, out, libs, defs, repo=None):
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
 
 
-def repo_page(path, root, out, libs, pages):
+def repo_page(path, root, out, libs, repo):
     """The page of a repository file a note names, off the reading path, so that the note's
-    link works from disk: a Markdown document rendered (its links to the reading path and to
-    the other files' pages kept, its pictures copied into out/figures/, any other link left as
-    its text), any other file as it is, highlighted. `pages`: {path: href} of those files."""
+    link works from disk: a Markdown document rendered (its links to the reading path kept, to
+    another file of the repository made a link to that file's page, which `repo` records, so
+    that the build renders it too; its pictures copied into out/figures/; a link to what is no
+    file of the repository left as its text alone), any other file as it is, highlighted."""
     markdown, highlight, HtmlFormatter, _ = libs
     text = (root / path).read_text(encoding="utf-8", errors="replace")
     intro = (f"<p>The repository's file <code>{html.escape(path)}</code>, as it is in the copy "
@@ -410,12 +411,16 @@ def repo_page(path, root, out, libs, pages):
                 href = f"figures/{posixpath.basename(target)}"
             elif target in READING_PATH:
                 href = page_name(target)
-            elif target in pages and not pages[target].startswith("figures/"):
-                href = pages[target] + (f"#{anchor}" if anchor else "")
-            else:                                    # not in the folder: the text alone
-                return f'<{tag}{before} data-file="{html.escape(target)}"{after}>'
+            elif tag == "a" and repo.href(target):
+                href = repo.href(target) + (f"#{anchor}" if anchor else "")
+            else:                                    # no file of the repository: text alone
+                return f'<span data-file="{html.escape(target)}">' if tag == "a" else ""
             return f'<{tag}{before} {attr}="{href}"{after}>'
+
+        def unlink(m):           # a link left as its text: its closing tag with it
+            return m.group(0).replace("</a>", "</span>")
         doc = re.sub(r'<(a|img)\b([^>]*?)\s(href|src)="([^"]*)"([^>]*)>', relink, doc)
+        doc = re.sub(r'<span data-file="[^"]*">.*?</a>', unlink, doc, flags=re.S)
         body = f'<div class="wide repo">{intro}{doc}</div>'
     else:
         from pygments.lexers import get_lexer_for_filename
@@ -508,13 +513,17 @@ def build(out, root=ROOT):
                 raise AnnotateError(f"{file}: {e}") from None
         for name, text in pages.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        for path, href in sorted(repo.used.items()):
-            if href.startswith("figures/"):
-                (tmp / "figures").mkdir(exist_ok=True)
-                shutil.copyfile(root / path, tmp / href)
-            else:
-                (tmp / href).write_text(repo_page(path, root, tmp, libs, repo.used),
-                                        encoding="utf-8")
+        done = set()
+        while set(repo.used) - done:         # a rendered document's links add files: theirs too
+            for path in sorted(set(repo.used) - done):
+                done.add(path)
+                href = repo.used[path]
+                if href.startswith("figures/"):
+                    (tmp / "figures").mkdir(exist_ok=True)
+                    shutil.copyfile(root / path, tmp / href)
+                else:
+                    (tmp / href).write_text(repo_page(path, root, tmp, libs, repo),
+                                            encoding="utf-8")
         # Pygments' colours, then one rule of ours: the code column's own background shows
         # through (Pygments' would paint only the lines, not the column's full height).
         (tmp / "style.css").write_text(STYLE + libs[2](style="friendly").get_style_defs(

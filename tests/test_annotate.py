@@ -577,3 +577,46 @@ def test_lambda_weighs_the_means_the_page_shows(built):
     n, k = cfg.seq_len, cfg.n_slots
     assert cfg.disc_weight == 50                   # the λ the page names
     assert f"{n / k:.1f}" in intro and f"{cfg.disc_weight * k / n:.1f}" in intro
+
+
+class SiteLinks(HTMLParser):
+    """Every id of a built page, its links and images, and its <a> elements without an href."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.ids, self.refs, self.bare = set(), [], 0
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.ids.update([a["id"]] if "id" in a else [])
+        self.bare += tag == "a" and "href" not in a
+        self.refs += [a[k] for k in ("href", "src") if k in a and tag in ("a", "img", "link")]
+
+
+@needs_markdown
+def test_no_link_without_a_target_on_the_whole_site(built):
+    """Every page of the folder, the rendered documents and file pages included: each link and
+    image leads to a file of the folder and its anchor, no <a> lacks an href, and no link of a
+    rendered document was left as text (`data-file`: a target that is no file of the
+    repository). No page names a path outside the repository."""
+    out, _ = built
+    site = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.html")}
+    parsed = {name: SiteLinks(text) for name, text in site.items()}
+    bad, n = [], 0
+    for name, page in parsed.items():
+        bad += [f"{name}: <a> without href"] * page.bare
+        bad += [f"{name}: a link left as text"] * site[name].count("data-file=")
+        bad += [f"{name}: names ../shared"] * ("../shared" in site[name])
+        for ref in page.refs:
+            if re.match(r"[a-z]+:", ref):
+                continue
+            n += 1
+            target, _, anchor = ref.partition("#")
+            target = target or name
+            if not (out / target).is_file():
+                bad.append(f"{name}: {ref}")
+            elif anchor and target in parsed and anchor not in parsed[target].ids:
+                bad.append(f"{name}: {ref}: no such anchor")
+    assert not bad, bad[:20]
+    assert n > 600 and "repo.docs.appendix-g.md.html" in site      # plateau.md's link, followed
