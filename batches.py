@@ -1,9 +1,10 @@
 """Batches: a prepared token stream -> two-segment examples of 128 tokens -> batches.
 
 An example is [CLS] A [SEP] B [SEP]: sentences of one document, up to 128 tokens (§3.3), in
-two segments (`build_examples`). The paper says (Appendix A) masking is dynamic, "decided
-on-the-fly": each time a sequence is used, `objectives.mask_tokens` draws fresh positions m,
-with a generator seeded by the data position (`PretrainingData.mask_generator`).
+two segments (`build_examples`); no next-sentence prediction reads them (Appendix A). Masking
+is dynamic, "decided on-the-fly" (Appendix A): each time a sequence is used,
+`objectives.mask_tokens` draws fresh positions m, with a random source seeded by the data
+position (`PretrainingData.mask_generator`).
 """
 import queue
 import threading
@@ -48,14 +49,16 @@ def load_split(data_dir, split, meta):
 
 
 def build_examples(lengths, max_len, seed):
-    """Examples from a split's sentence lengths (0 at a document's end), as the official
-    build_pretraining_dataset.py builds them: sentences are collected up to the target length
-    or the document's end, then cut at a sentence boundary, A about half, B the rest; 10 % of
-    examples keep all in A, 5 % get a random shorter target. Two departures, so that a segment
-    is one slice of the stream: a sentence longer than the example is split across consecutive
-    examples (its rest starts the next one) rather than truncated, and
-    once B has started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
-    b_start, b_len), a pure function of (lengths, max_len, seed)."""
+    """Examples from a split's sentence lengths (0 at a document's end): sentences are
+    collected up to the target length or the document's end, then cut at a sentence boundary,
+    A about half, B the rest. Returns (N, 4) int64 rows (a_start, a_len, b_start, b_len), a
+    pure function of (lengths, max_len, seed).
+
+    Details: as the official build_pretraining_dataset.py builds them, 10 % of examples keep
+    all in A, 5 % get a random shorter target. Two departures, so that a segment is one slice
+    of the stream: a sentence longer than the example is split across consecutive examples (its
+    rest starts the next one) rather than truncated, and once B has started every later
+    sentence goes to B."""
     # One seeded stream for every random choice.
     coins = _uniforms(np.random.default_rng(seed))
     piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
@@ -236,7 +239,7 @@ def synthetic_arrays(vocab_size, n_tokens, seed=0):
 
 
 def pinned(value):
-    """A page-locked copy of a tensor, or of each tensor of a NamedTuple such as
+    """Engineering: a page-locked copy of a tensor, or of each tensor of a NamedTuple such as
     `objectives.Masked` (the same type back), so that it copies to a GPU asynchronously."""
     if isinstance(value, torch.Tensor):
         return value.pin_memory()
