@@ -71,8 +71,8 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     same masks (`generator` is the random source, a torch.Generator as torch names it, not G:
     the graded contract passes it by that keyword)."""
     # BEGIN ASSIGNMENT mask
-    # 15 % of the chosen tokens are shown as they are: G sees the token there, so its sample
-    # is usually the original, which counts as real (`corrupt`).
+    # 15 % of the chosen tokens are shown as they are: G sees the token there, so
+    # its sample is usually the original, which counts as real (`corrupt`).
     #
     # Details: the official code does so (pretrain_helpers.mask) and gives no reason.
     B, T = x.shape

@@ -7,9 +7,9 @@ ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 Appendix A adds two choices to BERT's recipe. Masking is dynamic, "decided on-the-fly": every
 step draws fresh positions m for its batch (`masked_batch`), instead of masks fixed once in
 preprocessing. And there is no next-sentence prediction: an example is still
-"[CLS] A [SEP] B [SEP]", B the sentences that follow A in its document (batches.py), so that
-fine-tuning's sentence pairs look familiar, but no loss asks whether B follows A; the paper
-cites work finding that it "does not improve scores".
+"[CLS] A [SEP] B [SEP]", B the sentences that follow A in its document (batches.py, as the
+official build_pretraining_dataset.py), but no loss asks whether B follows A: the paper cites
+work suggesting that it "does not improve scores".
 
 What to watch: for a while D catches under 10 % of the replaced tokens, "the plateau" (this
 project's name, not the paper's: docs/plateau.md). Meanwhile $L_Disc$ falls to about $H(r)$,

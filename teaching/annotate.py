@@ -205,7 +205,7 @@ ASIDES = {"Engineering:": "Engineering", "Details:": "Details"}
 # Under a picture wider than this (px), or the step table: on a phone it scrolls in its own box,
 # and a line (shown on narrow screens only) says so.
 WIDE_PICTURE = 520
-SCROLL_CUE = "← wider than the screen: swipe it sideways for the rest →"
+SCROLL_CUE = "↔ wider than the screen: swipe it sideways for the rest"
 # x̂ in the code and code spans: wrapped so that a text font sets the hat on the x (`.acc`).
 X_HAT = re.compile(r"<(pre|code)\b.*?</\1>", re.S)
 
