@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from data import FORMAT, DataError, load_meta
+from objectives import mask_slots, mask_tokens
 
 
 def load_split(data_dir, split, meta):
@@ -236,6 +237,17 @@ def synthetic_arrays(vocab_size, n_tokens, seed=0):
     V = vocab_size
     meta = dict(vocab_size=V, pad_id=V - 4, cls_id=V - 3, sep_id=V - 2, mask_id=V - 1)
     return tokens, lengths, meta
+
+
+def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
+    """Engineering: for the tools that draw m on one unpadded text x (1, T) as a training step
+    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
+    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
+    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
+    kept, and with it every seeded draw made so far."""
+    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
+                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
+    return max(mask_slots(x.shape[1], mask_prob), int(k))
 
 
 def pinned(value):

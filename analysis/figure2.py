@@ -14,21 +14,11 @@ import matplotlib
 import torch
 
 from analysis.analyses import InspectError, encode, p_replaced, pieces, save_png, shown
-from objectives import Masked, corrupt, mask_slots, mask_tokens, sample
+from batches import draw_slots
+from objectives import Masked, corrupt, mask_tokens, sample
 
 matplotlib.use("Agg")                              # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
-    """For the tools that draw m on one unpadded text x (1, T) as a training step
-    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
-    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
-    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
-    kept, and with it every seeded draw made so far."""
-    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
-                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
-    return max(mask_slots(x.shape[1], mask_prob), int(k))
 
 
 def choose_positions(toks, items):
