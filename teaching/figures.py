@@ -76,8 +76,9 @@ FIGURES = {
         "throughout as `--threads 2` repeats; 2-core AMD EPYC, bf16, 2026-11-26. With the "
         "default, which picks its threads as it runs, four runs of the command left the plateau "
         "at steps 1,100-1,500, the README's at 1,400 (docs/results.md). Drawn by `python "
-        "plot_results.py --plateau out/log.jsonl`; the run in docs/annotated.md, the why in "
-        "docs/plateau.md.",
+        "plot_results.py --plateau out/log.jsonl`, redrawn 2026-11-28 with the legend's H(r) "
+        "corrected from a repeat of the run that logged the same lines; the run in "
+        "docs/annotated.md, the why in docs/plateau.md.",
         "D's recall and L_Disc against steps")],
     "flops.py": [Figure(
         "docs/flops_by_part.png",
