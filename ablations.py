@@ -11,8 +11,8 @@
 | `--generator gumbel` | `GumbelELECTRA` | not the paper's: after a blog review's idea, with a straight-through gradient (docs/reviewers-questions.md) |
 | `--two_stage` | `TwoStageELECTRA` | G, then D from G's weights (§3.2) |
 
-Each class overrides one half of the step (generate or discriminate) or, for the training
-algorithms, the whole step and the trainer's hooks; `build_model` picks one.
+Details: each class overrides one half of the step (generate or discriminate) or, for the
+training algorithms, the whole step and the trainer's hooks; `build_model` picks one.
 """
 import copy
 
@@ -50,9 +50,10 @@ class ELECTRA15(ELECTRA):
 
 class ReplaceMLM(ELECTRA):
     """"Replace MLM" (§3.5): an MLM reading G's samples instead of [MASK] at the masked
-    positions: how much of ELECTRA's gain is the [MASK] mismatch? The main network
-    (`discriminator`, which fine-tuning keeps) is an MLM at D's size, weighted $λ = 1$ (this
-    code's choice; the paper does not say)."""
+    positions: how much of ELECTRA's gain is the [MASK] mismatch?
+
+    Details: the main network (`discriminator`, which fine-tuning keeps) is an MLM at D's size,
+    weighted $λ = 1$ (this code's choice; the paper does not say)."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -93,10 +94,11 @@ def copy_log_probs(logits, copy_logit, x_in):
 
 class AllTokensMLM(ReplaceMLM):
     """"All-Tokens MLM" (§3.5): Replace MLM predicting the original token $x_t$ at *every*
-    position of $x^corrupt$, through the
-    copy mechanism, which the paper says "improved results" (its remark that a model would
-    "trivially learn to ... copy the input" is about inputs without G's samples). Table 5: it
-    closes most of the BERT-ELECTRA gap."""
+    position of $x^corrupt$, through the copy mechanism. Table 5: it closes most of the
+    BERT-ELECTRA gap.
+
+    Details: the paper says the copy mechanism "improved results"; its remark that a model
+    would "trivially learn to ... copy the input" is about inputs without G's samples."""
 
     def make_discriminator(self, cfg, embeddings):
         return CopyMLM(cfg.disc, embeddings)
@@ -141,8 +143,10 @@ class UnigramELECTRA(ELECTRA):
 class AdversarialELECTRA(ELECTRA):
     """Appendix F: G maximises $L_Disc$ by REINFORCE (sampling has no gradient). A sample's
     reward is D's loss on it, $R = −log D$ if $x̂_t = x_t$, else $−log(1 − D)$, against the
-    learned baseline $b = −log sigmoid(w^T h_G(x^masked)_t)$. $L_MLM$, without gradient, tracks
-    G's accuracy (the paper: 58 % against 65 % by maximum likelihood)."""
+    learned baseline $b = −log sigmoid(w^T h_G(x^masked)_t)$.
+
+    Details: $L_MLM$, without gradient, tracks G's accuracy (the paper: 58 % against 65 % by
+    maximum likelihood)."""
 
     def make_generator(self, cfg, embeddings):
         g = Generator(cfg.gen, embeddings)
@@ -192,31 +196,33 @@ class ScaleGrad(torch.autograd.Function):
 
 
 def gumbel_weight(progress, start=0.5, end_weight=0.5):
-    """w, the weight of the adversarial gradient in G's update at `progress` of the budget: 0
-    (maximum likelihood) until `start`, then linearly to `end_weight`. G's gradient is
-    $(1 − w) ∇L_MLM − w λ ∇L_Disc$."""
+    """Details: w, the weight of the adversarial gradient in G's update at `progress` of the
+    budget: 0 (maximum likelihood) until `start`, then linearly to `end_weight`. G's gradient
+    is $(1 − w) ∇L_MLM − w λ ∇L_Disc$."""
     if progress <= start:
         return 0.0
     return end_weight * min(1.0, (progress - start) / (1.0 - start))
 
 
 def embed_tokens(emb, token_vectors, segment_ids=None):
-    """`Embeddings.forward` from token vectors instead of ids, so a straight-through sample
-    can carry a gradient into them."""
+    """Engineering: `Embeddings.forward` from token vectors instead of ids, so a
+    straight-through sample can carry a gradient into them."""
     e = token_vectors + emb.position.weight[:token_vectors.shape[1]]
     e = e + (emb.segment.weight[0] if segment_ids is None else emb.segment(segment_ids))
     return emb.drop(emb.norm(e))
 
 
 class GumbelELECTRA(ELECTRA):
-    """Not the paper's: a blog review ("Paper Review: Electra", not a peer review;
-    docs/reviewers-questions.md) proposes annealing G from maximum likelihood to "a full
-    REINFORCE based gradient estimate using the Gumbel-Softmax Trick". This code anneals to a
-    straight-through Gumbel-softmax gradient instead: $x̂_t = argmax(l_t + g_t)$,
-    $g ∼ Gumbel(0, 1)$, a one-hot row for D, while the gradient follows
-    $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`, `gumbel_weight`): biased and
-    low-variance, through D's input, where REINFORCE (Appendix F, `AdversarialELECTRA`) is
-    unbiased and noisy."""
+    """Not the paper's: G annealed from maximum likelihood to an adversarial gradient that
+    passes through its sample by a straight-through Gumbel-softmax, biased and low-variance,
+    where REINFORCE (Appendix F, `AdversarialELECTRA`) is unbiased and noisy.
+
+    Details: a blog review (Mark Neumann, "Paper Review: Electra",
+    https://markneumann.xyz/blog/electra; not a peer review; docs/reviewers-questions.md)
+    proposes annealing to "a full REINFORCE based gradient estimate using the Gumbel-Softmax
+    Trick". This code's sample is $x̂_t = argmax(l_t + g_t)$, $g ∼ Gumbel(0, 1)$, a one-hot row
+    for D, while the gradient follows $softmax((l_t + g_t) / τ)$, times $−w$ (`ScaleGrad`,
+    `gumbel_weight`), through D's input."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -272,9 +278,11 @@ class GumbelELECTRA(ELECTRA):
 
 class TwoStageELECTRA(ELECTRA):
     """§3.2 two-stage training: G alone on $L_MLM$, then D, initialised from G's weights, on
-    $L_Disc$ with G frozen (so --gen_size 1); each stage gets half the budget and its own
-    schedule. The paper says that without the initialisation D "would sometimes fail to learn
-    at all beyond the majority class"."""
+    $L_Disc$ with G frozen.
+
+    Details: so --gen_size 1; each stage gets half the budget and its own schedule. The paper
+    says that without the initialisation D "would sometimes fail to learn at all beyond the
+    majority class"."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -328,7 +336,9 @@ class TwoStageELECTRA(ELECTRA):
 
 def build_model(cfg, train_tokens=None):
     """The pre-training model a config describes: BERT, ELECTRA or an ablation.
-    `train_tokens` (the training set's token ids) gives the unigram generator its counts."""
+
+    Details: `train_tokens` (the training set's token ids) gives the unigram generator its
+    counts."""
     if cfg.model == "bert":
         return BERT(cfg)
     if cfg.two_stage:

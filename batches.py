@@ -1,9 +1,10 @@
 """Batches: a prepared token stream -> two-segment examples of 128 tokens -> batches.
 
 An example is [CLS] A [SEP] B [SEP]: sentences of one document, up to 128 tokens (§3.3), in
-two segments (`build_examples`). The paper says (Appendix A) masking is dynamic, "decided
-on-the-fly": each time a sequence is used, `objectives.mask_tokens` draws fresh positions m,
-with a generator seeded by the data position (`PretrainingData.mask_generator`).
+two segments (`build_examples`); no next-sentence prediction reads them (Appendix A). Masking
+is dynamic, "decided on-the-fly" (Appendix A): each time a sequence is used,
+`objectives.mask_tokens` draws fresh positions m, with a random source seeded by the data
+position (`PretrainingData.mask_generator`).
 """
 import queue
 import threading
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from data import FORMAT, DataError, load_meta
+from objectives import mask_slots, mask_tokens
 
 
 def load_split(data_dir, split, meta):
@@ -48,14 +50,16 @@ def load_split(data_dir, split, meta):
 
 
 def build_examples(lengths, max_len, seed):
-    """Examples from a split's sentence lengths (0 at a document's end), as the official
-    build_pretraining_dataset.py builds them: sentences are collected up to the target length
-    or the document's end, then cut at a sentence boundary, A about half, B the rest; 10 % of
-    examples keep all in A, 5 % get a random shorter target. Two departures, so that a segment
-    is one slice of the stream: a sentence longer than the example is split across consecutive
-    examples (its rest starts the next one) rather than truncated, and
-    once B has started every later sentence goes to B. Returns (N, 4) int64 rows (a_start, a_len,
-    b_start, b_len), a pure function of (lengths, max_len, seed)."""
+    """Examples from a split's sentence lengths (0 at a document's end): sentences are
+    collected up to the target length or the document's end, then cut at a sentence boundary,
+    A about half, B the rest. Returns (N, 4) int64 rows (a_start, a_len, b_start, b_len), a
+    pure function of (lengths, max_len, seed).
+
+    Details: as the official build_pretraining_dataset.py builds them, 10 % of examples keep
+    all in A, 5 % get a random shorter target. Two departures, so that a segment is one slice
+    of the stream: a sentence longer than the example is split across consecutive examples (its
+    rest starts the next one) rather than truncated, and once B has started every later
+    sentence goes to B."""
     # One seeded stream for every random choice.
     coins = _uniforms(np.random.default_rng(seed))
     piece = max_len - 3                            # [CLS] A [SEP] B [SEP]: 3 special tokens
@@ -235,6 +239,25 @@ def synthetic_arrays(vocab_size, n_tokens, seed=0):
     return tokens, lengths, meta
 
 
+def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
+    """Engineering: for the tools that draw m on one unpadded text x (1, T) as a training step
+    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
+    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
+    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
+    kept, and with it every seeded draw made so far."""
+    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
+                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
+    return max(mask_slots(x.shape[1], mask_prob), int(k))
+
+
+def pinned(value):
+    """Engineering: a page-locked copy of a tensor, or of each tensor of a NamedTuple such as
+    `objectives.Masked` (the same type back), so that it copies to a GPU asynchronously."""
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    return type(value)(*(t.pin_memory() for t in value))
+
+
 class Prefetcher:
     """Engineering: prepares batches in a background thread while the GPU computes (reading,
     masking and copying into pinned memory would otherwise stall it). Each item is (batch,
@@ -250,7 +273,7 @@ class Prefetcher:
         try:
             while not self.stop.is_set():
                 item = self.make_batch()
-                item = ({k: v.pin_memory() for k, v in item[0].items()}, item[1])
+                item = ({k: pinned(v) for k, v in item[0].items()}, item[1])
                 while not self.stop.is_set():
                     try:
                         self.queue.put(item, timeout=0.1)

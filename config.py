@@ -1,7 +1,8 @@
 """Every hyperparameter of pre-training in one place (paper Table 6).
 
 The paper's ELECTRA-Small (Appendix A, Table 6): 12 layers, hidden 256, FFN 1024, 4 heads,
-embedding 128, G at 1/4 of D's width, 15 % masking, $λ = 50$, lr 5e-4 with 10k warm-up steps
+embedding 128, G at 1/4 of D's width, 15 % masking, $λ = 50$ (on the losses' means:
+objectives.py), lr 5e-4 with 10k warm-up steps
 and linear decay, Adam (β 0.9, 0.999, ε 1e-6), weight decay 0.01, batch 128, 1M steps
 (BERT-Small: 1.45M). The ablation fields select the variants of ablations.py; SIZES holds this
 project's smaller recipes for CPUs, which are not the paper's.
@@ -19,12 +20,11 @@ class Config:
     objective: str = "electra"      # §3.5 ablations: electra15, replace_mlm, all_tokens_mlm
     generator: str = "mlm"          # "mlm" (§2) | "unigram" (§3.2) | "adversarial" (App. F)
                                     # | "gumbel" (a blog review's idea: ablations.GumbelELECTRA)
-    # `--generator gumbel` only (not the paper's: after a blog review, "Paper Review: Electra",
-    # which proposes annealing G from maximum likelihood to "a full REINFORCE based gradient
-    # estimate using the Gumbel-Softmax Trick"; this code anneals to a straight-through
-    # Gumbel-softmax gradient instead, docs/reviewers-questions.md): w, the adversarial weight
-    # in G's gradient, 0 until gumbel_start of the budget, then linearly up to gumbel_weight
-    # (ablations.gumbel_weight); gumbel_tau: the Gumbel-softmax temperature of the backward.
+    # `--generator gumbel` only, not the paper's (ablations.GumbelELECTRA).
+    #
+    # Details: w, the adversarial weight in G's gradient, 0 until gumbel_start of the budget,
+    # then linearly up to gumbel_weight (ablations.gumbel_weight); gumbel_tau: the
+    # Gumbel-softmax temperature of the backward.
     gumbel_tau: float = 1.0
     gumbel_start: float = 0.5
     gumbel_weight: float = 0.5
@@ -74,8 +74,10 @@ class Config:
         return cls(**d)
 
 
-# This project's other shapes, same code paths, none of them the paper's: "mini" (half the
-# width, a third of the depth, batch 32) and "tiny", for tests.
+# This project's smaller shapes, same code paths, none of them the paper's.
+#
+# Details: "laptop" below; "mini" (half the width, a third of the depth, batch 32) and "tiny",
+# for tests.
 #
 # Engineering: per step "mini" costs about 8x less compute than "small" by the paper's count
 # (Appendix E, flops.py), about 29x less without its dense embedding lookups (both with the
@@ -107,14 +109,16 @@ SIZES = {"small": {},
                       disc=EncoderConfig(hidden=64, layers=2, heads=2, ffn=128))}
 
 
-# "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more. On
-# Wikipedia one block stops at 43-45 % recall; two passed 50 % (after 17-57 minutes) but left
-# the plateau later and less predictably (docs/results.md).
+# "laptop_deep": `laptop` with two blocks of D (and so of G), for runs of an hour or more.
+#
+# Details: on Wikipedia one block stops at 43-45 % recall; two passed 50 % (after 17-57
+# minutes) but left the plateau later and less predictably (docs/results.md).
 SIZES["laptop_deep"] = dict(SIZES["laptop"], disc=replace(SIZES["laptop"]["disc"], layers=2))
 
-# The demo corpus's vocabulary when a run gives no --data: 8,192 for the laptop recipes (with
-# 30,522, 95 % of a one-block D would be embeddings), the official 30,522
-# (configure_pretraining.py) for the others.
+# The demo corpus's vocabulary when a run gives no --data: small for the laptop recipes.
+#
+# Details: 8,192 for the laptop recipes (with 30,522, 95 % of a one-block D would be
+# embeddings), the official 30,522 (configure_pretraining.py) for the others.
 DEMO_VOCAB = {"laptop": 8192, "laptop_deep": 8192}
 
 

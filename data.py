@@ -1,12 +1,14 @@
 """Data, prepared once: corpus -> tokenizer -> a stream of token ids with sentence boundaries.
 
-The paper pre-trains on BERT's data, Wikipedia and BooksCorpus (§3.1). The official code
-tokenizes it with BERT's WordPiece vocabulary (model/tokenization.py). This code trains a
-byte-level BPE on your own corpus instead (machinery/tokenizer.py; 30,522 entries by default,
-BERT's size), so any text can be prepared offline, and keeps every sentence's length and
-every document's end, where batches.py cuts examples.
+The paper pre-trains on BERT's data, Wikipedia and BooksCorpus (§3.1). This code trains a
+byte-level BPE on your own corpus (machinery/tokenizer.py), so any text can be prepared
+offline, and keeps every sentence's length and every document's end, where batches.py cuts
+examples.
 
-    python data.py --corpus ../shared/data/corpus/wiki2015-00.txt.xz --name wiki00
+Details: the official code tokenizes with BERT's WordPiece vocabulary (model/tokenization.py);
+this code's BPE has 30,522 entries by default, BERT's size.
+
+    python data.py --corpus my_corpus.txt.xz --name mine
     python data.py --hf wikimedia/wikipedia --hf_config 20231101.en --name wiki
 
 (the second needs `pip install datasets`) write data/NAME/: each split's token ids (uint16, as
@@ -167,9 +169,10 @@ def corpus_documents(files):
 
 
 def demo_documents(max_mb=20):
-    """The built-in demo corpus: the Python language reference (pydoc_data) and the
-    docstrings of the standard library and installed packages, there wherever the requirements
-    are. Odd English, but enough to watch ELECTRA learn offline."""
+    """The built-in demo corpus, enough to watch ELECTRA learn offline.
+
+    Details: the Python language reference (pydoc_data) and the docstrings of the standard
+    library and installed packages, there wherever the requirements are: odd English."""
     budget = max_mb * 1_000_000
     try:
         from pydoc_data.topics import topics
@@ -205,9 +208,11 @@ def demo_documents(max_mb=20):
 
 def prepare(documents, out_dir, vocab_size=30522, bpe_mb=20, val_every=200, workers=None,
             max_tokens=None, fraction=None, source="", log=print, live=False):
-    """Tokenize `documents` (an iterable of str, read once) into out_dir: a BPE trained on
-    the first `bpe_mb` MB (merges barely change with more), every `val_every`-th document to
-    val.bin, stopping after `max_tokens`.
+    """Tokenize `documents` (an iterable of str, read once) into out_dir, with a BPE trained
+    on the first `bpe_mb` MB.
+
+    Details: merges barely change with more text; every `val_every`-th document goes to
+    val.bin; it stops after `max_tokens`.
 
     Engineering: written into a temporary folder renamed into place: an interrupted
     preparation leaves nothing half-written."""

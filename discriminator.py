@@ -6,11 +6,12 @@ sample of G ("replaced"). The paper says (§2):
 $$ D(x, t) = sigmoid(w^T h_D(x)_t) $$
 
 the probability that $x_t$ is real, trained on $L_Disc$ over *all* n tokens, not only the 15 %
-that were masked: the paper's point (§3.5). The official code (run_pretraining.py,
-`_get_discriminator_output`) puts a dense layer with GELU before w, and its logit scores
-"replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the same classifier with w's sign flipped. This
-code does both: the dense layer with GELU, and a logit that scores "replaced". After
-pre-training G is thrown away and D is fine-tuned (finetune_glue.py).
+that were masked: the paper's point (§3.5). After pre-training G is thrown away and D is
+fine-tuned (finetune_glue.py).
+
+Details: the official code (run_pretraining.py, `_get_discriminator_output`) puts a dense layer
+with GELU before w, and its logit scores "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, the
+same classifier with w's sign flipped. This code does both.
 """
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,12 +1,13 @@
 """The Transformer encoder of G and D (paper §2, §3.2, §3.3).
 
-The paper says (§2) each network "primarily consists of an encoder (e.g., a Transformer
-network)": here BERT's, post-LayerNorm blocks of self-attention and a GELU feed-forward
-network. G and D share their embeddings (§3.2: token and position; this code, as the official
-code, also the segment embeddings and their LayerNorm), of D's hidden size in §3.2, projected
-to G's width by linear layers (footnote 4); ELECTRA-Small's are smaller still, 128 (§3.3), so
-D projects them too. Pieces: `Embeddings`, `Encoder`
-(projection and blocks) and `MLMHead` (the softmax of $p_G$).
+Each network "primarily consists of an encoder (e.g., a Transformer network)" (§2): here
+BERT's, post-LayerNorm blocks of self-attention and a GELU feed-forward network. G and D share their token and position embeddings (§3.2), projected to each
+network's width by linear layers (footnote 4). Pieces: `Embeddings`, `Encoder` (projection and
+blocks) and `MLMHead` (the softmax of $p_G$).
+
+Details: in §3.2 the shared embeddings have D's hidden size and only G projects them;
+ELECTRA-Small's are smaller still, 128 (§3.3), so D projects them too. This code, as the
+official code, also shares the segment embeddings and their LayerNorm.
 """
 from dataclasses import dataclass
 
@@ -26,9 +27,11 @@ class EncoderConfig:
 
 
 def init_weights(module):
-    """The official code's initialisation (model/modeling.py; the paper gives none):
-    N(0, 0.02) truncated at 2 std, zero biases, LayerNorm at identity; TensorFlow's default,
-    Glorot uniform, where it builds a bare tf.layers.dense (modules marked `glorot = True`)."""
+    """The initial weights: the paper gives none, so this code follows the official code.
+
+    Details: model/modeling.py draws N(0, 0.02) truncated at 2 std, zero biases, LayerNorm at
+    identity; TensorFlow's default, Glorot uniform, where it builds a bare tf.layers.dense
+    (modules marked `glorot = True`)."""
     if isinstance(module, nn.Linear) and getattr(module, "glorot", False):
         nn.init.xavier_uniform_(module.weight)
         nn.init.zeros_(module.bias)
@@ -42,9 +45,9 @@ def init_weights(module):
 
 
 class Embeddings(nn.Module):
-    """e(x), shared by G and D (§3.2). G's softmax re-uses `token.weight` ("always tied as in
-    BERT"), so each MLM step updates every token embedding, where D updates only those in its
-    input: the paper's reason (§3.2) why sharing them helps."""
+    """e(x), shared by G and D (§3.2): G's softmax re-uses `token.weight`, so each MLM step
+    updates every token embedding, where D updates only those in its input, the paper's reason
+    why sharing them helps."""
 
     def __init__(self, vocab_size, emb_size=128, max_len=512, n_segments=2, dropout=0.1):
         super().__init__()
@@ -76,11 +79,13 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, h, attn_mask=None):
-        """h (B, T, hidden) -> (B, T, hidden); attn_mask (B, 1, 1, T) bool, True where a key may
-        be attended to (padding may not), or None. qkv(h) holds q, k and v in that order; head
-        j takes columns $j d$ to $(j + 1) d$ of each and computes $softmax(q k^T / √d) v$ over
-        its $d = hidden / heads$ dimensions, with dropout self.dropout on the probabilities in
-        training only; `out` projects the concatenated heads."""
+        """Each head j computes $softmax(q k^T / √d) v$ over its $d = hidden / heads$
+        dimensions; `out` projects the concatenated heads.
+
+        Details: the contract: h (B, T, hidden) -> (B, T, hidden); attn_mask (B, 1, 1, T) bool,
+        True where a key may be attended to (padding may not), or None. qkv(h) holds q, k and v
+        in that order; head j takes columns $j d$ to $(j + 1) d$ of each; dropout
+        self.dropout on the probabilities in training only."""
         # BEGIN ASSIGNMENT attention
         B, T, H = h.shape
         # (B, T, 3 * H) -> three tensors of (B, heads, T, d): one matmul for q, k and v
@@ -133,10 +138,12 @@ class Encoder(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """The masked-LM output layer, the softmax of $p_G$, as BERT and the official code build
-    it (run_pretraining.py, `get_token_logits`): dense, GELU, LayerNorm, then a product with
-    every token embedding plus a bias, at the K masked slots only (the only ones with a
-    target)."""
+    """The masked-LM output layer, the softmax of $p_G$: dense, GELU, LayerNorm, then a product
+    with every token embedding plus a bias, at the K masked slots only (the only ones with a
+    target).
+
+    Details: as BERT and the official code build it (run_pretraining.py,
+    `get_token_logits`)."""
 
     def __init__(self, hidden: int, emb_size: int, vocab_size: int):
         super().__init__()

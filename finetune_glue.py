@@ -2,14 +2,17 @@
 
 The paper says (Figure 2's caption) "we throw out the generator and only fine-tune the
 discriminator", with "simple linear classifiers on top" (§3.1). This code puts one linear
-layer on D's [CLS] vector, trains everything with Table 7's values for Small (`HPARAMS`;
-3 epochs, 10 for RTE and STS-B) and, with `--seeds 10` (default 1), takes the median of 10
-seeds, as §3.1 reports. From the official code, not the paper: Adam without bias correction
-(optim.py) and the layer-decay exponents (`layerwise_param_groups`). Not from it: its weight
-decay 0.01 and learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0
-and 3e-4.
+layer on D's [CLS] vector (`Classifier`) and trains everything with Table 7's values for Small
+(`HPARAMS`): lower layers learn more slowly (layer-wise decay 0.8), 3 epochs, 10 for RTE and
+STS-B. Each task is scored by §3.1's metric (glue.py), the median of 10 seeds with
+`--seeds 10`, as §3.1 reports.
 
-    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir ../shared/data/glue
+Details: from the official code, not the paper: Adam without bias correction (optim.py) and
+the layer-decay exponents (`layerwise_param_groups`). Not from it: its weight decay 0.01 and
+learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0 and 3e-4.
+`--seeds` defaults to 1.
+
+    python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue
     python finetune_glue.py --ckpt out/ckpt.pt --glue_dir glue --tasks rte,mrpc --seeds 10
 
 Engineering: batches group examples of similar length and are padded to their longest only
@@ -58,9 +61,11 @@ STSB_MAX = 5.0                          # STS-B scores lie in [0, 5]
 # ----------------------------------------------------------------------------- the model
 
 class Classifier(nn.Module):
-    """D's embeddings and encoder, then dropout and one linear layer on the [CLS] vector: the
-    official code's head (classification_tasks.py), without BERT's dense + tanh "pooler".
-    n_out: the number of classes, or 1 for STS-B's regression."""
+    """D's embeddings and encoder, then dropout and one linear layer on the [CLS] vector; n_out:
+    the number of classes, or 1 for STS-B's regression.
+
+    Details: the official code's head (classification_tasks.py), without BERT's dense + tanh
+    "pooler"."""
 
     def __init__(self, vocab_size, emb_size, max_len, enc: EncoderConfig, n_out, dropout=0.1):
         super().__init__()
@@ -68,8 +73,8 @@ class Classifier(nn.Module):
         self.encoder = Encoder(replace(enc, dropout=dropout), emb_size)
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(enc.hidden, n_out)
-        # The official head (classification_tasks.py) is a bare tf.layers.dense: Glorot uniform
-        # (encoder.init_weights), ~4x larger weights than N(0, 0.02).
+        # Details: the official head (classification_tasks.py) is a bare tf.layers.dense:
+        # Glorot uniform (encoder.init_weights), ~4x larger weights than N(0, 0.02).
         self.head.glorot = True
         init_weights(self.head)
 
@@ -124,7 +129,7 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
     """Layer-wise learning-rate decay (Table 7: 0.8 for Small): lower layers move less. A
     parameter at depth d gets $η ⋅ decay^{L + 2 − d}$ for L blocks.
 
-    rule "official" (default): the depths of the official code (model/optimization.py,
+    Details: rule "official" (default): the depths of the official code (model/optimization.py,
     `_get_layer_lrs`): the head at $L + 2$, block i at
     $i + 1$ (so the top block gets $0.8^2 = 0.64$ of η), the embeddings and their projection at
     0 ($0.8^{14} ≈ 0.044$ of η for $L = 12$); no parameter sits at $L + 1$.
@@ -153,8 +158,10 @@ def layerwise_param_groups(model, lr, decay, rule="official"):
 
 
 def lr_multiplier(step, total, warmup):
-    """Linear warm-up over the first 10 % of updates, times a linear decay to 0, as the
-    official code (model/optimization.py, `warmup_proportion` 0.1); step counts from 1."""
+    """Linear warm-up over the first 10 % of updates (Table 7), times a linear decay to 0.
+
+    Details: as the official code (model/optimization.py, `warmup_proportion` 0.1); step counts
+    from 1."""
     return min(1.0, step / max(1, warmup)) * max(0.0, 1.0 - (step - 1) / total)
 
 
@@ -203,7 +210,7 @@ def predict(model, inputs, pad_id, device, autocast, regression, batch_size=128)
 def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=print,
              static=None, precision=None):
     """Fine-tune one copy of the encoder on one task with one seed; the dev metrics at the
-    end of training, as the official code evaluates (run_finetuning.py: no early stopping).
+    end of training (no early stopping, as the official run_finetuning.py).
 
     Engineering: `static`, a machinery.static_shapes.StaticShapes, runs the same batches
     padded to fixed shapes through its compiled graphs (--compile). precision "fp16": dynamic
@@ -224,8 +231,10 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     lengths = np.array([len(x) for x, _ in train_in])
     total = epochs * math.ceil(len(train_in) / hp["batch_size"])
     warmup, step = math.ceil(hp["warmup_frac"] * total), 0
-    # STS-B: the official code regresses label / 5, a score in [0, 1]
-    # (classification_tasks.py); scaling the predictions leaves their correlations unchanged.
+    # STS-B is a regression onto label / 5, a score in [0, 1]; scaling the predictions
+    # leaves their correlations unchanged.
+    #
+    # Details: as the official code (classification_tasks.py).
     labels = torch.from_numpy(train_y / STSB_MAX if task.regression else train_y)
     if static:
         train_padded = Padded(train_in, tok.pad_id, static.buckets[-1])

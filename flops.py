@@ -1,16 +1,16 @@
 """Counting FLOPs the way the paper does (Appendix E), and MFU (model FLOPs utilisation).
 
 The paper compares methods by pre-training compute, not steps (Figure 1, Table 1), as
-ELECTRA's step also runs G. Its rules (Appendix E), followed here with the per-element costs
-of the official flops_computation.py: a vector of m times an $m × n$ matrix is $2 m n$; an
-elementwise op counts its operations; backward costs as much as forward; a lookup is a
-one-hot vector times the table ($2 d V$ per token for d-wide embeddings of V tokens: 40 % of
-ELECTRA-Small's count).
+ELECTRA's step also runs G. Its rules (Appendix E): a vector of m times an $m × n$ matrix is
+$2 m n$; an elementwise op counts its operations; backward costs as much as forward; a lookup
+is a one-hot vector times the table ($2 d V$ per token for d-wide embeddings of V tokens: 40 %
+of ELECTRA-Small's count). This code counts 1.29e18 FLOPs for ELECTRA-Small's 1M steps and
+1.42e18 for BERT-Small's 1.45M, where Table 1 prints 1.4e18 for both, and Table 1's 3.7e9 for
+one forward pass of D.
 
-This code counts 1.292e18 FLOPs for ELECTRA-Small's 1M steps and 1.417e18 for BERT-Small's
-1.45M; the official flops_computation.py gives 1.294e18 and 1.419e18 (it counts the MLM
-softmax at 20 of 128 positions, this code at its 19 slots), and Table 1 prints 1.4e18 for
-both. One 128-token forward pass of D: 3.68e9 (Table 1: 3.7e9).
+Details: the per-element costs are those of the official flops_computation.py, which gives
+1.294e18 and 1.419e18 against this code's 1.292e18 and 1.417e18 (it counts the MLM softmax at
+20 of 128 positions, this code at its 19 slots). One 128-token forward pass of D: 3.68e9.
 """
 import re
 import time
@@ -31,7 +31,9 @@ def embedding_flops(vocab, emb, hidden, seq):
 
 def block_flops(hidden, heads, ffn, seq):
     """One post-LN Transformer block's FLOPs per token (it attends over `seq` positions), by
-    Appendix E's rules (above; a bias costs n). Counted: q, k, v with biases; the scores; softmax,
+    Appendix E's rules (above; a bias costs n).
+
+    Details: counted: q, k, v with biases; the scores; softmax,
     dropout and the $1 / √d$ scale on each head's `seq` scores; the weighted sum of v; the output
     projection with bias; the FFN's two matmuls with biases and GELU; dropout, residual and
     LayerNorm after attention and after the FFN."""
@@ -113,8 +115,10 @@ def train_flops_per_step(cfg, stage=None):
 def flops_by_part(cfg):
     """`train_flops_per_step` of ELECTRA by network and part: {(net, part): FLOPs}, net "G"
     or "D", part "embeddings", "attention", "FFN" or "output head" (G's MLM head at its mask
-    slots, D's head at every position); the parts add up to the step. FFN: what a block gains
-    with its FFN width; attention: the rest of the block. The picture above draws them."""
+    slots, D's head at every position); the parts add up to the step. The picture above draws
+    them.
+
+    Details: FFN is what a block gains with its FFN width; attention the rest of the block."""
     twice, s, out = 2 * cfg.batch_size, cfg.seq_len, {}
     for net, enc in (("G", cfg.gen), ("D", cfg.disc)):
         block = block_flops(enc.hidden, enc.heads, enc.ffn, s)

@@ -5,13 +5,15 @@ The paper says (§2): at each masked position t, G's softmax over the token embe
 $$ p_G(x_t | x) = exp(e(x_t)^T h_G(x)_t) /
    "    " sum_{x'} exp(e(x')^T h_G(x)_t) $$
 
-and G learns by maximum likelihood ($L_MLM$, objectives.py), not to fool D. For ELECTRA-Small G
-has a quarter of D's width (Table 6's "Generator Size" 1/4 of hidden size, FFN size and heads:
-64, 256, one head) and D's depth (§3.2 shrinks "the layer sizes"; the official
-configure_pretraining.py: `generator_layers` 1.0); §3.2 found generators 1/4 to 1/2 of D's
-size best, speculating that "too strong of a generator may pose a too-challenging task for
-the discriminator". The same class at D's size is the BERT-Small baseline (§3.3): BERT *is* a
+and G learns by maximum likelihood ($L_MLM$, objectives.py), not to fool D. §3.2 found
+generators 1/4 to 1/2 of D's size best, speculating that "too strong of a generator may pose a
+too-challenging task for the discriminator"; for ELECTRA-Small G has a quarter of D's width
+and D's depth. The same class at D's size is the BERT-Small baseline (§3.3): BERT *is* a
 masked LM.
+
+Details: Table 6's "Generator Size" is 1/4 of hidden size, FFN size and heads (64, 256, one
+head); §3.2 shrinks "the layer sizes", and the official configure_pretraining.py keeps the
+depth (`generator_layers` 1.0).
 """
 import torch
 import torch.nn as nn

@@ -1,9 +1,11 @@
 """GLUE: the eight tasks of the paper's evaluation (§3.1, Appendix C), their readers and metrics.
 
 The paper reports Matthews correlation for CoLA, Spearman correlation for STS and accuracy
-for the others (§3.1), without WNLI (Appendix B). This code adds CoLA's accuracy, MNLI's
-mismatched accuracy, F1 for MRPC and QQP and Pearson for STS-B, in numpy alone. The files are
-GLUE's standard layout (GLUE_DIR/CoLA/train.tsv ...).
+for the others (§3.1), without WNLI (Appendix B).
+
+Details: this code adds CoLA's accuracy, MNLI's mismatched accuracy, F1 for MRPC and QQP and
+Pearson for STS-B, in numpy alone. The files are GLUE's standard layout
+(GLUE_DIR/CoLA/train.tsv ...).
 """
 import os
 import shutil
@@ -144,8 +146,8 @@ def read_task(glue_dir, name):
 
 
 def both_orders(examples):
-    """MRPC and STS-B are symmetric: the official code also trains on every pair swapped
-    (its `double_unordered` option, configure_finetuning.py)."""
+    """Details: MRPC and STS-B are symmetric: the official code also trains on every pair
+    swapped (its `double_unordered` option, configure_finetuning.py)."""
     return examples + [Example(e.b, e.a, e.label) for e in examples]
 
 
@@ -226,7 +228,8 @@ def pearson_corr(x, y):
 
 
 def rank_average(x):
-    """Ranks 1..n, tied values sharing the average of their ranks ([10, 20, 20] -> [1, 2.5, 2.5])."""
+    """Engineering: ranks 1..n, tied values sharing the average of their ranks
+    ([10, 20, 20] -> [1, 2.5, 2.5])."""
     x = np.asarray(x, dtype=np.float64)
     order = np.argsort(x, kind="stable")
     ranks = np.empty(len(x))
@@ -255,8 +258,9 @@ def task_metrics(name, pred, gold):
 # ----------------------------------------------------------------------------- results
 
 def summarize(runs, metric):
-    """One task's entry of the results JSON: every seed's run, the median over seeds (the
-    paper's number, over 10) and [min, max]."""
+    """One task's entry of the results: the median over seeds, the paper's number (over 10).
+
+    Details: with every seed's run and [min, max]."""
     keys = runs[0]["metrics"]
     return {"metric": metric, "seeds": runs,
             "median": {k: float(np.median([r["metrics"][k] for r in runs])) for k in keys},

@@ -15,11 +15,25 @@ $$ L_MLM(x, θ_G) = E[ sum_{i ∈ m} −log p_G(x_i | x^masked) ]
    "    " −1(x^corrupt_t = x_t) log D(x^corrupt, t)
    "    " − 1(x^corrupt_t ≠ x_t) log(1 − D(x^corrupt, t)) ] $$
 
-with $k = ⌈0.15 n⌉$ (footnote 3) and $λ = 50$ (Appendix A); no gradient flows through the
-sample x̂. Below, in that order, under three headings: 1. mask (the first display's first two
-rows: `mask_tokens`), 2. sample and corrupt (its last two: `sample`, `corrupt`), 3. the losses
-(`mlm_loss`, `disc_loss`, and `ELECTRA`, which adds them); then `BERT` (§3.3), the baseline:
-the mask step and $L_MLM$ only; last, 4. the small helpers they share.
+with $k = ⌈0.15 n⌉$ masked positions (footnote 3), X the corpus, $θ_G$ and $θ_D$ the weights
+of G and D, and $λ = 50$ (Appendix A); no gradient flows through the sample x̂.
+
+λ weighs means, not these sums. The paper writes sums, over the k masked positions and over all
+n tokens; the official code (run_pretraining.py: `get_softmax_output`,
+`_get_discriminator_output`) and this code (`mlm_loss`, `disc_loss`) take means over the batch,
+and $λ = 50$ (configure_pretraining.py, `disc_weight`) weighs those means:
+
+$$ L_MLM = 1 / N_M sum_{(x, i) ∈ M} −log p_G(x_i | x^masked)
+   L_Disc = 1 / N_R sum_{(x, t) ∈ R} ℓ(x, t) $$
+
+with M the batch's used mask slots and $N_M$ their number (about 19 per 128-token sequence), R
+its real tokens and $N_R$ their number (about 128 per sequence), and $ℓ(x, t)$ the bracket of
+the paper's $L_Disc$ at t. With the paper's sums,
+$λ = 50$ would weigh D about $n / k ≈ 6.7$ times more than the official code does; the same mix
+with sums is $λ ≈ 50 k / n ≈ 7.4$.
+
+Below, in the paper's order: 1. mask, 2. sample and corrupt, 3. the losses (`ELECTRA` adds
+them); then `BERT` (§3.3), the baseline; last, 4. the helpers.
 """
 from typing import NamedTuple
 
@@ -39,36 +53,36 @@ def mask_tokens(x, special_ids, mask_id, n_slots, mask_prob=0.15, replace_prob=0
     """Mask: choose the positions m among the content tokens of each sequence (not [CLS],
     [SEP] or padding) and build $x^masked = REPLACE(x, m, [MASK])$.
 
-    The paper says (§2) "select a random set of positions", $m_i ∼ unif{1, n}$ for
-    $i = 1, …, k$ (independent draws, which may repeat), and (footnote 3) "typically"
-    $k = ⌈0.15 n⌉$. The official code (pretrain_helpers.mask) draws with replacement,
-    $k = round(0.15 n)$ with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct
-    positions). This code draws k distinct positions among the content tokens only: each
-    sequence masks the share it names, and no draw goes to a [CLS] or [SEP].
+    The paper draws k positions, $m_i ∼ unif{1, n}$ (§2; they may repeat); this code draws k
+    distinct content tokens, so each sequence masks the share it names. Each chosen position
+    shows [MASK] with probability `replace_prob`, a random id with probability `random_prob`,
+    else its own token.
 
-    Each chosen position shows [MASK] with probability `replace_prob`, a random id below
-    n_random with probability `random_prob`, else its own token: a draw per position, as the
-    official code, not an exact share of each row. The paper's §2 shows [MASK] everywhere; the
-    official code 85 / 0 / 15 %, for ELECTRA and its BERT; this code the official split for
-    ELECTRA and §3.5's 80 / 10 / 10 % for BERT.
+    Details: the official code (pretrain_helpers.mask) draws with replacement, $k = round(0.15 n)$
+    with [CLS] and [SEP] in n (19 draws at 128 tokens: 17.7 distinct positions). What a chosen
+    position shows is a draw per position, as the official code, not an exact share of each row.
+    The paper's §2 shows [MASK] everywhere; the official code 85 / 0 / 15 %, for ELECTRA and its
+    BERT; this code the official split for ELECTRA and §3.5's 80 / 10 / 10 % for BERT.
 
-    The contract (ASSIGNMENTS.md, Part 1): n counts the content tokens, never `special_ids`;
+    Details: the contract (ASSIGNMENTS.md, Part 1): n counts the content tokens, never `special_ids`;
     $k = round(p n)$ for p `mask_prob` (a half rounds either way), at least 1, at most n and
     n_slots; a uniformly random k-subset in the first k slots; $x^masked$ differs from x at
     used positions only; targets is x at every slot's position; the same `generator` seed, the
-    same masks."""
+    same masks (`generator` is the random source, a torch.Generator as torch names it, not G:
+    the graded contract passes it by that keyword)."""
     # BEGIN ASSIGNMENT mask
-    # 15 % of the chosen tokens are shown as they are because the official code does so
-    # (pretrain_helpers.mask); it gives no reason. The effect: at a kept position G sees the
-    # token, so its sample is usually the original, which counts as real (`corrupt`).
+    # 15 % of the chosen tokens are shown as they are: G sees the token there, so
+    # its sample is usually the original, which counts as real (`corrupt`).
+    #
+    # Details: the official code does so (pretrain_helpers.mask) and gives no reason.
     B, T = x.shape
     is_real = torch.ones_like(x, dtype=torch.bool)
     for s in special_ids:
         is_real &= x != s
     n = is_real.sum(1)
     k = torch.clamp(torch.floor(mask_prob * n + 0.5), min=1).minimum(n).clamp(max=n_slots)
-    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the K
-    # best in order, so the first k are a uniform sample.
+    # A uniform k-subset: content tokens get uniform scores, special ones -1; topk keeps the
+    # n_slots best in order (the K slots of `Masked`), so the first k are a uniform sample.
     scores = torch.rand(B, T, generator=generator, device=x.device).masked_fill(~is_real, -1.0)
     positions = scores.topk(n_slots, dim=1).indices
     weights = (torch.arange(n_slots, device=x.device)[None, :] < k[:, None]).float()
@@ -100,27 +114,12 @@ class Masked(NamedTuple):
     def to(self, device, non_blocking=False):
         return Masked(*(t.to(device, non_blocking=non_blocking) for t in self))
 
-    def pin_memory(self):
-        """Engineering: page-locked copies, as Tensor.pin_memory, so that `batches.Prefetcher`
-        can copy a batch to a GPU asynchronously."""
-        return Masked(*(t.pin_memory() for t in self))
-
 
 def mask_slots(seq_len: int, mask_prob: float = 0.15) -> int:
-    """K, the fixed number of mask slots: $⌊(0.15 + 0.005) ⋅ 128⌋ = 19$, as the official code
-    (configure_pretraining.py)."""
+    """K, the fixed number of mask slots: $⌊(0.15 + 0.005) ⋅ 128⌋ = 19$.
+
+    Details: as the official code (configure_pretraining.py)."""
     return int((mask_prob + 0.005) * seq_len)
-
-
-def draw_slots(x, special_ids, seq_len, mask_prob=0.15):
-    """Engineering: for the tools that draw m on one unpadded text x (1, T) as a training step
-    would (the inspector, its page, teaching/one_step.py): enough slots for mask_tokens'
-    $k = round(p n)$, at least 1, capped by training's slot count mask_slots(seq_len).
-    mask_slots(T) alone falls below k on a short text (0 for T < 7); where it does not, it is
-    kept, and with it every seeded draw made so far."""
-    k = mask_tokens(x, special_ids, 0, min(mask_slots(seq_len, mask_prob), x.shape[1]),
-                    mask_prob, generator=torch.Generator()).weights.sum()   # k only: no draw
-    return max(mask_slots(x.shape[1], mask_prob), int(k))
 
 
 # ============================================================================ 2. sample and corrupt
@@ -129,16 +128,18 @@ def sample(logits, generator: torch.Generator = None):
     """$x̂_i ∼ p_G(x_i | x^masked)$: one token per slot from softmax(logits), at temperature 1
     as the official code (configure_pretraining.py; Appendix H: a higher one did not help).
 
-    No gradient goes back through it (§2): the logits are detached. By default training draws
-    from the same $p_G$ in machinery/mlm_output.py, fused with $L_MLM$ for speed (`--plain_mlm`
-    runs this function).
+    No gradient goes back through it (§2): the logits are detached.
 
-    Engineering: the contract: logits (..., V) -> int64 ids (...), one exact sample per row,
-    safe for logits up to ±1000, reproducible from `generator`, in float32."""
+    Engineering: by default training draws from the same $p_G$ in machinery/mlm_output.py, fused
+    with $L_MLM$ for speed (`--plain_mlm` runs this function). The contract: logits (..., V) ->
+    int64 ids (...), one exact sample per row, safe for logits up to ±1000, reproducible from
+    `generator` (the random source, not G), in float32."""
     # BEGIN ASSIGNMENT sample
     # This code inverts the CDF: the first token whose CDF exceeds a uniform u. Token i comes
-    # out exactly when $CDF(i-1) <= u < CDF(i)$, with probability $p_i$. The official code
-    # (pretrain_helpers.sample_from_softmax) uses Gumbel-max, as exact.
+    # out exactly when $CDF(i-1) <= u < CDF(i)$, with probability $p_i$.
+    #
+    # Details: the official code (pretrain_helpers.sample_from_softmax) uses Gumbel-max, as
+    # exact.
     #
     # Engineering: Gumbel-max draws one random number per vocabulary entry (~20 % of a small
     # CPU step), this code one per slot. u is scaled by the CDF's last entry, which float
@@ -153,10 +154,12 @@ def sample(logits, generator: torch.Generator = None):
 def corrupt(x, masked: Masked, x_hat):
     """$x^corrupt = REPLACE(x, m, x̂)$ and its labels is_replaced, both (B, T).
 
-    Every used slot takes G's sample (also where G saw the token unmasked, as the official
-    code: run_pretraining.py, `_get_fake_data`); unused slots change nothing (`Masked`). The
-    paper says (§2): "if the generator happens to generate the correct token, that token is
-    considered 'real'", so the labels compare $x^corrupt$ with x."""
+    The paper says (§2): "if the generator happens to generate the correct token, that token is
+    considered 'real'", so the labels compare $x^corrupt$ with x. Every used slot takes G's
+    sample; unused slots change nothing (`Masked`).
+
+    Details: G's sample replaces the token also where G saw it unmasked, as the official code
+    (run_pretraining.py, `_get_fake_data`)."""
     # BEGIN ASSIGNMENT corrupt
     # Why not ask "was this position in m": G is often right, and
     # labelling those tokens "replaced" would teach D to flag perfectly good text.
@@ -173,11 +176,13 @@ def corrupt(x, masked: Masked, x_hat):
 # ============================================================================ 3. the losses
 
 def mlm_loss(logits, targets, weights):
-    """$L_MLM$: the mean over the used slots of $−log p_G(x_i | x^masked)$ (the paper writes a
-    sum; the official code averages: run_pretraining.py, `get_softmax_output`), in float32,
-    accurate for logits as large as ±100. logits (B, K, V) at the masked positions, targets
-    (B, K), weights (B, K). By default training computes the same number fused with
-    the sample (machinery/mlm_output.py; `--plain_mlm` runs this function)."""
+    """$L_MLM$: the mean over the batch's used slots of $−log p_G(x_i | x^masked)$ (the paper
+    writes a sum; the official code averages: run_pretraining.py, `get_softmax_output`).
+    logits (B, K, V) at the masked positions, targets (B, K), weights (B, K).
+
+    Engineering: in float32, accurate for logits as large as ±100. By default training computes
+    the same number fused with the sample (machinery/mlm_output.py; `--plain_mlm` runs this
+    function)."""
     # BEGIN ASSIGNMENT mlm_loss
     nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
     return (nll * weights.flatten()).sum() / weights.sum().clamp(min=1.0)
@@ -186,9 +191,12 @@ def mlm_loss(logits, targets, weights):
 
 def disc_loss(logits, is_replaced, mask=None):
     """$L_Disc$: the binary cross-entropy of D's logits against is_replaced, averaged over the
-    tokens in `mask` (all but padding, as run_pretraining.py), in float32, accurate for logits as
-    large as ±100 (in float32, sigmoid(17) is already 1). D's logit scores "replaced":
-    $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are one cross-entropy."""
+    batch's tokens in `mask` (all but padding, as run_pretraining.py; the paper writes a sum).
+    D's logit scores "replaced": $D(x, t) = 1 − sigmoid(logit_t)$, so the paper's two terms are
+    one cross-entropy.
+
+    Engineering: in float32, accurate for logits as large as ±100 (in float32, sigmoid(17) is
+    already 1)."""
     # BEGIN ASSIGNMENT disc_loss
     bce = F.binary_cross_entropy_with_logits(logits.float(), is_replaced.float(), reduction="none")
     if mask is None:
@@ -199,9 +207,10 @@ def disc_loss(logits, is_replaced, mask=None):
 
 
 class Pretraining(nn.Module):
-    """What the trainer asks of every pre-training model: forward(x, masked, pad_mask,
-    segment_ids) -> (loss, statistics), and `masking`, the mask step's split (`mask_tokens`):
-    ELECTRA's 85 % [MASK], 15 % kept."""
+    """What the trainer asks of every pre-training model: a loss, and how to mask.
+
+    Details: forward(x, masked, pad_mask, segment_ids) -> (loss, statistics), and `masking`,
+    the mask step's split (`mask_tokens`): ELECTRA's 85 % [MASK], 15 % kept."""
 
     masking = dict(replace_prob=0.85, random_prob=0.0)
 
@@ -209,7 +218,8 @@ class Pretraining(nn.Module):
 class ELECTRA(Pretraining):
     """G and D trained jointly on $L_MLM + λ L_Disc$, sharing one `Embeddings` module (§3.2).
     forward() samples, corrupts and adds the losses; the trainer masks (`train.masked_batch`).
-    `train.electra_step` writes the same step out plainly, the mask to Adam."""
+
+    Details: `train.electra_step` writes the same step out plainly, the mask to Adam."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -242,20 +252,24 @@ class ELECTRA(Pretraining):
         scored = real_tokens(x, pad_mask)
         loss_disc, d_stats, _ = self.discriminate(x, x_corrupt, is_replaced, masked, scored,
                                                   **inp)
-        # $λ = 50$: the paper picked it among 1, 10, 20, 50 and 100 (Appendix A), $L_Disc$ being
-        # "typically much lower" than $L_MLM$ (footnote 8). For weights only one loss reaches (D's
-        # own, G's own), Adam's update is unchanged (up to ε) when that loss is scaled, so
-        # $λ = 50$ does not make D learn 50 times faster; what λ changes is the mix of the two
-        # gradients in the shared embeddings, and how often the clip at norm 1 (train.py)
-        # scales every gradient down, G's included.
+        # λ weighs the two means (the introduction shows both forms) and mixes the two
+        # gradients where both reach: $λ = 50$, which the paper picked among 1, 10, 20, 50 and
+        # 100 (Appendix A), $L_Disc$ being "typically much lower" than $L_MLM$ (footnote 8).
+        #
+        # Details: for weights only one loss reaches (D's own, G's own), Adam's update is
+        # unchanged (up to ε) when that loss is scaled, so $λ = 50$ does not make D learn 50
+        # times faster; what λ changes is the mix of the two gradients in the shared
+        # embeddings, and how often the clip at norm 1 (train.py) scales every gradient down,
+        # G's included.
         loss = loss_mlm + self.disc_weight * loss_disc
         # END ASSIGNMENT joint_loss
         return loss, dict(mlm_loss=loss_mlm, disc_loss=loss_disc, **stats, **d_stats)
 
     def generate(self, masked: Masked, pad_mask=None, segment_ids=None):
-        """G's half of the step: $L_MLM$, the samples $x̂$ and G's accuracy. Training runs the
-        fused branch by default (config `fused_mlm`); the plain lines below, with `sample` and
-        `mlm_loss`, define it."""
+        """G's half of the step: $L_MLM$, the samples $x̂$ and G's accuracy.
+
+        Engineering: training runs the fused branch by default (config `fused_mlm`); the plain
+        lines below, with `sample` and `mlm_loss`, define it."""
         if self.fused_mlm:
             # Engineering: the same numbers from one pass over $p_G$ instead of five
             # (machinery/mlm_output.py): a laptop step 1.05x faster on 2 CPU cores.
@@ -274,9 +288,12 @@ class ELECTRA(Pretraining):
         real = real_tokens(x, pad_mask)
         loss = disc_loss(logits, is_replaced, scored)
         with torch.no_grad():                               # statistics for the progress line
-            # Accuracy hides "the plateau" (this project's name, not the paper's; train.py):
-            # answering "real" everywhere already scores 85-93 %. Recall (replaced tokens D
-            # catches) and precision (flagged tokens that were replaced) show when D learns.
+            # Recall (replaced tokens D catches) and precision (flagged tokens that were
+            # replaced) show when D learns; accuracy does not.
+            #
+            # Details: answering "real" everywhere already scores 85-93 %, and hides "the
+            # plateau", this project's name for the early phase in which D catches under 10 %
+            # of the replaced tokens (train.py).
             flagged = (logits > 0) & real
             caught = (flagged & is_replaced).float().sum()
             stats = dict(disc_correct=((((logits > 0) == is_replaced) & real).float().sum(),
@@ -288,8 +305,10 @@ class ELECTRA(Pretraining):
 
 class BERT(Pretraining):
     """BERT-Small (§3.3): D's shape and "the same hyperparameters", trained on the mask step
-    and $L_MLM$ alone (the generator class at D's size; 80 / 10 / 10 % masking). Fine-tuning
-    keeps `mlm.embeddings` and `mlm.encoder`."""
+    and $L_MLM$ alone.
+
+    Details: the generator class at D's size, 80 / 10 / 10 % masking; fine-tuning keeps
+    `mlm.embeddings` and `mlm.encoder`."""
 
     masking = dict(replace_prob=0.8, random_prob=0.1)
 

@@ -9,20 +9,23 @@ $$ m ← β_1 m + (1 − β_1) g
    v ← β_2 v + (1 − β_2) g^2
    θ ← θ − η (m / (√v + ε) + w θ) $$
 
-torch.optim.AdamW divides m by $1 − β_1^t$ and v by $1 − β_2^t$ (bias correction), so the
-step above is larger by $(1 − β_1^t) / √{1 − β_2^t}$: 6.5x at step 10, 1.4x at step 700,
-about 2.5x on average over a 700-step GLUE run (tests/test_optim.py). The paper's learning
-rates were presumably tuned with the official rule, this code's default (`--optimizer
-official`; `--optimizer torch` is AdamW, which the `laptop` size uses).
+torch.optim.AdamW divides m by $1 − β_1^t$ and v by $1 − β_2^t$ (bias correction), so its
+early steps are larger; the paper's learning rates were presumably tuned with the official
+rule, this code's default.
+
+Details: AdamW's step is larger by $(1 − β_1^t) / √{1 − β_2^t}$: 6.5x at step 10, 1.4x at step
+700, about 2.5x on average over a 700-step GLUE run (tests/test_optim.py). `--optimizer
+official` is the default; `--optimizer torch` is AdamW, which the `laptop` size uses.
 """
 import torch
 
 
 class AdamWeightDecay(torch.optim.Optimizer):
-    """The rule above as a torch.optim optimizer. Parameter groups work as in torch.optim (a
-    per-group "lr" and "weight_decay"), so layer-wise learning rates (finetune_glue.py) and "no
-    decay for biases" are just groups; the state has torch's names (exp_avg, exp_avg_sq,
-    step).
+    """The rule above as a torch.optim optimizer.
+
+    Details: parameter groups work as in torch.optim (a per-group "lr" and "weight_decay"), so
+    layer-wise learning rates (finetune_glue.py) and "no decay for biases" are just groups; the
+    state has torch's names (exp_avg, exp_avg_sq, step).
 
     Engineering: a group's "lr" may be a 0-dim tensor changed in place between steps, which a
     compiled step (machinery/step.py) reads as an input instead of baking it into its graph."""
@@ -35,8 +38,8 @@ class AdamWeightDecay(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
-        # The moments exist from the start, at zero, as TF's slot variables: the first step
-        # runs the same code as every later one, which a compiled step needs.
+        # Engineering: the moments exist from the start, at zero, as TF's slot variables: the
+        # first step runs the same code as every later one, which a compiled step needs.
         for p in self.param_groups[-1]["params"]:
             self._init_state(p)
 

@@ -267,7 +267,8 @@ def curves_figure(logs, labels):
 
 def plateau_figure(recs, label):
     """The plateau over one ELECTRA run's steps (docs/plateau.md): D's recall and precision of
-    replaced tokens, and L_Disc against H(r), what answering "real" everywhere scores. On the
+    replaced tokens, and L_Disc against H(r), the loss of answering r (the share of replaced
+    tokens) everywhere. On the
     plateau D catches few replaced tokens (recall under 10 %); L_Disc meanwhile falls to about
     H(r) and may sink below it while recall stays flat, as D ranks replaced tokens higher before
     it is sure enough to flag them. D has left it when recall rises past 10 % with L_Disc under
@@ -284,7 +285,7 @@ def plateau_figure(recs, label):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
     top.plot(steps, [r["disc_loss"] for r in pts], lw=1.8, color="tab:blue", label="L_Disc")
     top.plot(steps, [r["disc_prior_entropy"] for r in pts], lw=1.5, ls="--", color="grey",
-             label="the plateau's loss H(r): \"real\" everywhere")
+             label="the plateau's loss H(r): answering r everywhere")
     top.plot(steps, [PLATEAU_LOSS * r["disc_prior_entropy"] for r in pts], lw=1, ls=":",
              color="grey", label=f"{PLATEAU_LOSS:g} H(r): off the plateau below this ...")
     top.set_ylabel("loss")

@@ -4,16 +4,23 @@
 `train`: data, model, optimizer, then the loop of batch, step, log line and checkpoint. BERT,
 ELECTRA and every ablation answer the same calls (`objectives.Pretraining`).
 
-Which step runs: `training_step`, the same step through the model's forward, by default with
-$L_MLM$ and x̂ from one pass over $p_G$ (machinery/mlm_output.py), compiled with --compile
-(machinery/step.py); tests/test_train.py holds it equal to `electra_step`.
+Appendix A adds two choices to BERT's recipe. Masking is dynamic, "decided on-the-fly": every
+step draws fresh positions m for its batch (`masked_batch`), instead of masks fixed once in
+preprocessing. And there is no next-sentence prediction: an example is still
+"[CLS] A [SEP] B [SEP]", B the sentences that follow A in its document (batches.py, as the
+official build_pretraining_dataset.py), but no loss asks whether B follows A: the paper cites
+work suggesting that it "does not improve scores".
 
-What to watch: for a while D catches few replaced tokens (its recall of them stays under
-10 %): "the plateau", this project's name, not the paper's (docs/plateau.md). Meanwhile $L_Disc$
-falls early to about $H(r)$, the entropy of the share r of replaced tokens (what answering r
-everywhere scores), and may fall below it from about step 200 (in the pictured run) while
+What to watch: for a while D catches under 10 % of the replaced tokens, "the plateau" (this
+project's name, not the paper's: docs/plateau.md). Meanwhile $L_Disc$ falls to about $H(r)$,
+the loss of answering r, the share of replaced tokens, everywhere, and then below it while
 recall stays flat: D ranks replaced tokens higher before it is sure enough to say "replaced".
-One line says when D leaves the plateau (machinery/progress.py).
+
+Details: the step that runs is `training_step`, the same step through the model's forward, by
+default with $L_MLM$ and x̂ from one pass over $p_G$ (machinery/mlm_output.py), compiled with
+--compile (machinery/step.py); tests/test_train.py holds it equal to `electra_step`. In the
+pictured run $L_Disc$ falls below $H(r)$ from about step 200; one line of the log says when D
+leaves the plateau (machinery/progress.py).
 """
 import sys
 from pathlib import Path
@@ -35,15 +42,16 @@ from objectives import corrupt, disc_loss, mask_tokens, mlm_loss, sample
 from optim import decay_groups, make_adam
 
 
-def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
+def electra_step(model, opt, batch, lr, cfg, meta, rng=None):
     """One step of ELECTRA (Figure 2, §2): mask, G, corrupt, D, $L_MLM + λ L_Disc$, Adam.
-    batch: `PretrainingData.next_batch`'s; meta: its token ids; generator: its mask RNG.
+    batch: `PretrainingData.next_batch`'s; meta: its token ids; rng: the mask's random source
+    (a torch.Generator; G is the generator network).
     Training runs `training_step`: the same numbers, faster."""
     x, pad_mask, segment_ids = batch["x"], batch["pad_mask"], batch["segment_ids"]
     G, D, λ = model.generator, model.discriminator, model.disc_weight
     # Mask: the positions m (15 % of the tokens) and $x^masked = REPLACE(x, m, [MASK])$.
     masked = mask_tokens(x, (meta["pad_id"], meta["cls_id"], meta["sep_id"]), meta["mask_id"],
-                         cfg.n_slots, cfg.mask_prob, generator=generator)
+                         cfg.n_slots, cfg.mask_prob, generator=rng)
     # G reads x_masked: $L_MLM$ at the positions m, and a sample $x̂_i ∼ p_G$ at each of them.
     # BEGIN ANSWER joint_loss
     gen_logits = G(masked.x_masked, masked.positions, pad_mask, segment_ids)
@@ -53,8 +61,8 @@ def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
     x_corrupt, is_replaced = corrupt(x, masked, x_hat)
     L_Disc = disc_loss(D(x_corrupt, pad_mask, segment_ids), is_replaced, pad_mask)
     # END ANSWER joint_loss
-    # Both networks learn at once from $L_MLM + λ L_Disc$ ($λ = 50$); the gradient is clipped
-    # at norm 1, then Adam takes a step at this step's learning rate.
+    # Both networks learn at once from $L_MLM + λ L_Disc$ ($λ = 50$, on the two means); the
+    # gradient is clipped at norm 1, then Adam takes a step at this step's learning rate.
     (L_MLM + λ * L_Disc).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
     for group in opt.param_groups:
@@ -65,9 +73,10 @@ def electra_step(model, opt, batch, lr, cfg, meta, generator=None):
 
 
 def make_optimizer(model, cfg, device):
-    """Adam with weight decay 0.01 (Table 6); the decay decoupled and none for biases and
-    LayerNorm, as the official code (model/optimization.py); cfg.optimizer "official" (no bias
-    correction: optim.py) or "torch" (torch.optim.AdamW)."""
+    """Adam with weight decay 0.01 (Table 6), none for biases and LayerNorm.
+
+    Details: the decay decoupled, as the official code (model/optimization.py); cfg.optimizer
+    "official" (no bias correction: optim.py) or "torch" (torch.optim.AdamW)."""
     return make_adam(decay_groups(model.named_parameters(), cfg.weight_decay), cfg.optimizer,
                      cfg.lr, cfg.adam_betas, cfg.adam_eps, fused=device.type == "cuda")
 
@@ -115,8 +124,9 @@ def update(model, opt, batch, grad_clip, autocast, loss_scale=None):
         stats = dict(stats, skipped=skipped.float(), loss_scale=loss_scale.scale.clone())
         return {k: v.detach() if torch.is_tensor(v) else v for k, v in stats.items()}
     loss.backward()
-    # Clipping at global norm 1, as the official code (model/optimization.py); the paper does
-    # not mention it. With $λ = 50$, D's gradients decide when it engages.
+    # Clipping at global norm 1: with $λ = 50$, D's gradients decide when it engages.
+    #
+    # Details: as the official code (model/optimization.py); the paper does not mention it.
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
     # Engineering: detached, the logged losses keep no graph alive.

@@ -14,7 +14,8 @@ import matplotlib
 import torch
 
 from analysis.analyses import InspectError, encode, p_replaced, pieces, save_png, shown
-from objectives import Masked, corrupt, draw_slots, mask_tokens, sample
+from batches import draw_slots
+from objectives import Masked, corrupt, mask_tokens, sample
 
 matplotlib.use("Agg")                              # headless: never try to open a display
 import matplotlib.pyplot as plt  # noqa: E402

@@ -5,7 +5,7 @@ SST-2, sentence scoring). No fine-tuning anywhere: D as pre-trained.
     python analysis/inspect_discriminator.py --ckpt out/ckpt.pt "the chef ate the meal" --mask 2,meal
     python analysis/inspect_discriminator.py figure2 --ckpt out/ckpt.pt --data DIR  # a held-out sentence
     python analysis/inspect_discriminator.py calibration|scoring --ckpt C --data data/wiki00
-    python analysis/inspect_discriminator.py cola|sst2 --ckpt C --glue_dir ../shared/data/glue
+    python analysis/inspect_discriminator.py cola|sst2 --ckpt C --glue_dir glue
     python analysis/inspect_discriminator.py attention --ckpt C --data data/wiki00  # word order yet?
     python analysis/inspect_discriminator.py attention --ckpt C  # C's own data folder, if still there
     python analysis/inspect_discriminator.py mlm --ckpt C --data data/wiki00 [--bert B]  # Appendix G

@@ -1,6 +1,6 @@
 """How ELECTRA's discriminator represents text, against BERT's masked LM of equal compute: the
-question a blog review asks and the paper leaves open (review-springboard.txt, "Paper Review:
-Electra": "how do they differ from representations learnt by BERT, for example?"). §3.3
+question a blog review asks and the paper leaves open (Mark Neumann, "Paper Review:
+Electra", https://markneumann.xyz/blog/electra: "how do they differ from representations learnt by BERT, for example?"). §3.3
 compares the two only through GLUE scores.
 
 Two measurements on the same held-out tokens (real text, no [MASK], no corruption: what each

@@ -1,5 +1,5 @@
-"""Which tokens D distrusts: a blog review's question (review-springboard.txt, "Paper Review:
-Electra"), "Is there any bias intrinisc in which tokens the discriminator predicts as being
+"""Which tokens D distrusts: a blog review's question (Mark Neumann, "Paper Review:
+Electra", https://markneumann.xyz/blog/electra), "Is there any bias intrinisc in which tokens the discriminator predicts as being
 disfluent (e.g by POS tag)?"; the paper does not look.
 
 No part-of-speech tagger ships offline, so the tokens are grouped by what the tokenizer and the

@@ -3,7 +3,7 @@
 ELECTRA-Small and -Base on the GLUE test set).
 
     huggingface-cli download google/electra-small-discriminator --local-dir electra-small-hf
-    python finetune_glue.py --ckpt electra-small-hf --glue_dir ../shared/data/glue
+    python finetune_glue.py --ckpt electra-small-hf --glue_dir glue
 
 A Hugging Face model folder holds config.json (the sizes), the weights (pytorch_model.bin, or
 model.safetensors) and the tokenizer's vocab.txt (BERT's uncased WordPiece, see interop/wordpiece.py).

@@ -9,6 +9,7 @@ becomes one page, built from the source itself so that the notes cannot drift fr
     a `# ===== 1. mask` banner            -> a heading across both columns
     `$...$` and `$$...$$` in a note       -> typeset math (MathML; the notation: teaching/mathml.py)
     a paragraph opening "Engineering:"    -> an aside, closed until the reader opens it
+    a paragraph opening "Details:"        -> the same, for runs, machines and provenance
     a name, a file, a section             -> a link to its definition, page, or the paper
 
 Between the notes, what a reader would rather see than read, all of it generated, none drawn
@@ -61,7 +62,7 @@ READING_PATH = ["objectives.py", "generator.py", "discriminator.py", "encoder.py
 # Pages that are mostly input and output: marked on the index and on the page itself, so that
 # the core path (the others) reads in one sitting.
 OPTIONAL = ("data.py", "batches.py", "glue.py")
-OPTIONAL_NOTE = "optional, mostly input and output: skip on a first read"
+OPTIONAL_NOTE = "optional: input and output, to skip on a first read"
 
 TITLE = "The Annotated ELECTRA"
 MARKER = ".annotated-electra"       # in a built folder: a rebuild may replace that folder
@@ -197,7 +198,16 @@ CODE_SPAN = re.compile(r"(`+).*?\1")
 LIST_ITEM = re.compile(r"^ {0,3}[*-] ")
 INNER_STAR = re.compile(r"(?<=\w)\*(?=\w)")                          # 2*m*n, not emphasis
 EDGE_UNDERSCORE = re.compile(r"(?<![\w`*)\]])(_\w*|\w+_)(?![\w`])")   # not h_G(x)_t
-ASIDE = "Engineering:"
+# A note's paragraph that opens with one of these is a closed aside, under that summary:
+# engineering (what serves speed or scale) and details (runs, machines, dates, versions and
+# the official code's bookkeeping), so that the notes a reader sees state the idea.
+ASIDES = {"Engineering:": "Engineering", "Details:": "Details"}
+# Under a picture wider than this (px), or the step table: on a phone it scrolls in its own box,
+# and a line (shown on narrow screens only) says so.
+WIDE_PICTURE = 520
+SCROLL_CUE = "↔ wider than the screen: swipe it sideways for the rest"
+# x̂ in the code and code spans: wrapped so that a text font sets the hat on the x (`.acc`).
+X_HAT = re.compile(r"<(pre|code)\b.*?</\1>", re.S)
 
 
 def libraries():
@@ -256,7 +266,7 @@ def plain(text, put=None):
 
 def notes_html(markdown, text, links):
     """A note (Markdown with math) -> HTML: typeset, linked, and each paragraph that opens
-    with "Engineering:" in a closed aside (it serves speed or scale, not the idea)."""
+    with "Engineering:" or "Details:" in a closed aside (`ASIDES`)."""
     maths = []
     blocks, html_parts, run = notes_markdown(text, maths).split("\n\n"), [], []
 
@@ -265,11 +275,12 @@ def notes_html(markdown, text, links):
             html_parts.append(markdown_html(markdown, "\n\n".join(run)))
             run.clear()
     for block in blocks:
-        if block.startswith(ASIDE):
+        opener = next((a for a in ASIDES if block.startswith(a)), None)
+        if opener:
             flush()
-            body = markdown_html(markdown, block[len(ASIDE):].strip())
-            html_parts.append(f'<details class="aside"><summary>Engineering</summary>{body}'
-                              "</details>")
+            body = markdown_html(markdown, block[len(opener):].strip())
+            html_parts.append(f'<details class="aside"><summary>{ASIDES[opener]}</summary>'
+                              f"{body}</details>")
         else:
             run.append(block)
     flush()
@@ -323,7 +334,7 @@ def figure_html(fig, markdown, root, out, links):
     if not src.is_file():
         raise AnnotateError(f"{fig.src}: missing; it is generated (see FIGURES in "
                             "teaching/figures.py for its command)")
-    caption = notes_html(markdown, fig.caption, links)
+    caption, width = notes_html(markdown, fig.caption, links), None
     if src.suffix == ".json":
         data = json.loads(src.read_text(encoding="utf-8"))
         body, kind = step_table(data), "table"
@@ -338,6 +349,8 @@ def figure_html(fig, markdown, root, out, links):
         body, kind = (f'<a class="figure-scroll" href="figures/{src.name}"><img '
                       f'src="figures/{src.name}" alt="{html.escape(fig.alt)}"{size}></a>',
                       "image")
+    if kind == "table" or (width or 0) > WIDE_PICTURE:
+        body += f'\n<p class="scroll-cue">{SCROLL_CUE}</p>'
     return f'<figure class="{kind}">\n{body}\n<figcaption>{caption}</figcaption>\n</figure>'
 
 
@@ -350,8 +363,7 @@ def render_page(k, file, root, out, libs, defs, repo=None):
     lexer, fmt = PythonLexer(), HtmlFormatter(nowrap=True)
     body = [f'<header class="intro"><h1>{k + 1}. <code>{file}</code></h1>']
     if file in OPTIONAL:
-        body.append(f'<p class="optional">{OPTIONAL_NOTE.capitalize()}; the core path goes on '
-                    "without it.</p>")
+        body.append(f'<p class="optional">{OPTIONAL_NOTE.capitalize()}.</p>')
     first, _, rest = intro.partition("\n\n")                # the first paragraph leads
     links = Links(defs, stem, repo=repo)
     body.append(f'<div class="lead">{notes_html(markdown, first, links)}</div>')
@@ -383,11 +395,12 @@ def render_page(k, file, root, out, libs, defs, repo=None):
     return PAGE.format(title=html.escape(f"{file} - {TITLE}"), nav=nav(k), body="\n".join(body))
 
 
-def repo_page(path, root, out, libs, pages):
+def repo_page(path, root, out, libs, repo):
     """The page of a repository file a note names, off the reading path, so that the note's
-    link works from disk: a Markdown document rendered (its links to the reading path and to
-    the other files' pages kept, its pictures copied into out/figures/, any other link left as
-    its text), any other file as it is, highlighted. `pages`: {path: href} of those files."""
+    link works from disk: a Markdown document rendered (its links to the reading path kept, to
+    another file of the repository made a link to that file's page, which `repo` records, so
+    that the build renders it too; its pictures copied into out/figures/; a link to what is no
+    file of the repository left as its text alone), any other file as it is, highlighted."""
     markdown, highlight, HtmlFormatter, _ = libs
     text = (root / path).read_text(encoding="utf-8", errors="replace")
     intro = (f"<p>The repository's file <code>{html.escape(path)}</code>, as it is in the copy "
@@ -410,12 +423,16 @@ def repo_page(path, root, out, libs, pages):
                 href = f"figures/{posixpath.basename(target)}"
             elif target in READING_PATH:
                 href = page_name(target)
-            elif target in pages and not pages[target].startswith("figures/"):
-                href = pages[target] + (f"#{anchor}" if anchor else "")
-            else:                                    # not in the folder: the text alone
-                return f'<{tag}{before} data-file="{html.escape(target)}"{after}>'
+            elif tag == "a" and repo.href(target):
+                href = repo.href(target) + (f"#{anchor}" if anchor else "")
+            else:                                    # no file of the repository: text alone
+                return f'<span data-file="{html.escape(target)}">' if tag == "a" else ""
             return f'<{tag}{before} {attr}="{href}"{after}>'
+
+        def unlink(m):           # a link left as its text: its closing tag with it
+            return m.group(0).replace("</a>", "</span>")
         doc = re.sub(r'<(a|img)\b([^>]*?)\s(href|src)="([^"]*)"([^>]*)>', relink, doc)
+        doc = re.sub(r'<span data-file="[^"]*">.*?</a>', unlink, doc, flags=re.S)
         body = f'<div class="wide repo">{intro}{doc}</div>'
     else:
         from pygments.lexers import get_lexer_for_filename
@@ -439,7 +456,7 @@ plausible words, and trains the discriminator D to say for *every* word whether 
 original or a replacement. D, the model we keep, learns from every word, and at equal compute
 fine-tunes to better GLUE scores than BERT (Table 1; §3.5 traces the gain mostly to the loss
 over all tokens). One step (§2) on a text x of n tokens, of which $k = ⌈0.15 n⌉$ are masked
-(footnote 3; this code rounds 0.15 n instead): mask, sample and corrupt, the losses:
+(footnote 3): mask, sample and corrupt, the losses:
 
 $$ m = k "random positions of" x
    x^masked = REPLACE(x, m, [MASK])
@@ -447,11 +464,16 @@ $$ m = k "random positions of" x
    x^corrupt = REPLACE(x, m, x̂)
    min_{θ_G, θ_D} sum_{x ∈ X} L_MLM(x, θ_G) + λ L_Disc(x, θ_D) $$
 
-The pages show that step as this project's code, with notes that say whose word they give:
-*the paper says* (linked to its page), *the official code does* (google-research/electra,
-linked to its file), or *this code does*; engineering for speed or scale waits in closed
-asides. The `# BEGIN ASSIGNMENT x` and `# END ASSIGNMENT x` lines in the code mark what a
-student copy blanks (ASSIGNMENTS.md)."""
+Here $θ_G$ and $θ_D$ are the weights of G and D, X the training corpus, and $λ = 50$ weighs D's
+loss against G's (on the losses' means, objectives.py says).
+
+Details: the notes say whose word they give: *the paper says* (linked to its page), *the
+official code does* (google-research/electra, linked to its file), or *this code does*; this
+code rounds 0.15 n where footnote 3 rounds up. Engineering and run details wait in closed
+asides. In the code, `# BEGIN ASSIGNMENT x` and `# END ASSIGNMENT x` mark what a student copy
+blanks (ASSIGNMENTS.md); `# BEGIN ANSWER x` and `# END ANSWER x` mark code elsewhere that
+restates part x's answer, which the student copy replaces by a call to the student's own
+function."""
 
 
 def render_index(root, out, libs, defs, repo=None):
@@ -507,14 +529,21 @@ def build(out, root=ROOT):
             except AnnotateError as e:
                 raise AnnotateError(f"{file}: {e}") from None
         for name, text in pages.items():
+            text = X_HAT.sub(lambda m: m.group(0).replace("x̂", '<span class="acc">x̂</span>'),
+                             text)
             (tmp / name).write_text(text, encoding="utf-8")
-        for path, href in sorted(repo.used.items()):
-            if href.startswith("figures/"):
-                (tmp / "figures").mkdir(exist_ok=True)
-                shutil.copyfile(root / path, tmp / href)
-            else:
-                (tmp / href).write_text(repo_page(path, root, tmp, libs, repo.used),
-                                        encoding="utf-8")
+        done = set()
+        while set(repo.used) - done:         # a rendered document's links add files: theirs too
+            for path in sorted(set(repo.used) - done):
+                done.add(path)
+                href = repo.used[path]
+                if href.startswith("figures/"):
+                    (tmp / "figures").mkdir(exist_ok=True)
+                    shutil.copyfile(root / path, tmp / href)
+                else:
+                    text = repo_page(path, root, tmp, libs, repo)
+                    (tmp / href).write_text(X_HAT.sub(lambda m: m.group(0).replace(
+                        "x̂", '<span class="acc">x̂</span>'), text), encoding="utf-8")
         # Pygments' colours, then one rule of ours: the code column's own background shows
         # through (Pygments' would paint only the lines, not the column's full height).
         (tmp / "style.css").write_text(STYLE + libs[2](style="friendly").get_style_defs(

@@ -22,12 +22,13 @@ if not __package__:   # run as a path (python teaching/one_step.py): import from
 import torch
 
 from ablations import build_model
+from batches import draw_slots
 from config import Config
 from machinery import cli
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
 from machinery.tokenizer import Tokenizer
-from objectives import corrupt, draw_slots, mask_tokens, sample
+from objectives import corrupt, mask_tokens, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 # A sentence of the demo corpus's validation text (NumPy's documentation), 11 tokens with its

@@ -91,6 +91,11 @@ mtr:has(munder, munderover, mover) > mtd { padding-block: .4em; }   /* limits: r
 details.aside { border-left: 3px solid #d4d4de; padding: .1em .7em; margin: .6em 0;
                 color: #444; background: #fafafc; }
 details.aside summary { cursor: pointer; color: #666; font-size: .9em; }
+/* x̂ in a code font: many monospace fonts set the combining hat beside the x ("x ˆ"); a
+   text font puts it on the letter. */
+.acc { font-family: "DejaVu Sans", "Noto Sans", "Segoe UI", sans-serif; }
+/* "scroll sideways": shown only where a wide picture or table scrolls in its own box */
+.scroll-cue { display: none; font-size: .85em; color: #666; margin: .2em 0 0; }
 ol.path .file { font-weight: 600; }
 /* A table among the notes (ablations.py's flags): rows ruled, cells top-aligned, and on a
    phone it scrolls in its own box rather than crushing its columns. */
@@ -103,6 +108,7 @@ header.intro th, .notes th { border-bottom: 2px solid #d4d4de; }
   /* Shrunk to a phone's width a picture would set its text at 5-6 px: it keeps at least 4/5
      of its own width (--w, set by teaching/annotate.py) and scrolls sideways in its box. */
   figure img[style] { max-width: none; width: clamp(calc(var(--w) * .8), 100%, var(--w)); }
+  .scroll-cue { display: block; }
   /* a table among the notes (ablations.py's three columns) fits a phone: smaller, closer */
   header.intro table, .notes table { font-size: .88em; }
   header.intro table code, .notes table code { font-size: .9em; }

@@ -275,7 +275,10 @@ def test_every_reading_path_file_has_its_page_in_order(built):
     # the index states the idea before the reading path, key equation included
     idea = index[:index.index("The reading path")]
     assert "discriminator D" in idea and "every" in idea
-    assert idea.count('<math display="block">') == 1 and idea.count("<math") == 2   # and k's
+    assert idea.count('<math display="block">') == 1 and idea.count("<math") >= 2   # and k's
+    for symbol in ("θ", "X", "λ"):                   # the display's symbols, defined after it
+        assert f"<mi>{symbol}</mi>" in idea.split("</math>", 2)[-1] or symbol == "X", symbol
+    assert "X the training corpus" in idea and "BEGIN ANSWER" in idea
     for k, f in enumerate(READING_PATH):
         text = (out / (Path(f).stem + ".html")).read_text(encoding="utf-8")
         assert f"<h1>{k + 1}. <code>{f}</code></h1>" in text
@@ -408,7 +411,7 @@ def test_names_link_to_their_definitions_and_pages_to_the_paper(built):
     objectives = (out / "objectives.html").read_text(encoding="utf-8")
     assert '<a href="#mask_tokens"><code>mask_tokens</code></a>' in objectives   # a name, here
     assert 'href="pretrain/pretrain_helpers.py"' not in objectives
-    assert 'href="batches.html#Prefetcher"' in objectives                         # elsewhere
+    assert 'href="train.html#masked_batch"' in objectives                         # elsewhere
     train = (out / "train.html").read_text(encoding="utf-8")
     assert 'href="objectives.html#Pretraining"' in train and 'href="optim.html"' in train
     # a list of appendices links each; a figure's caption links as a note does
@@ -438,7 +441,8 @@ def test_engineering_waits_in_closed_asides(built):
     # run_log.py, stepper.py, ...), so the page shows the step and the loop
     assert train.count('<details class="aside">') >= 5 and "machinery/stepper.py" in train
     assert "torch.compile" not in " ".join(NoteText(train[:train.index("<main>")]).text)
-    assert seen < 6000, f"{seen} words of notes outside the asides: the pages should stay lean"
+    assert seen <= 4500, f"{seen} words of notes outside the asides: the pages should stay lean"
+    assert '<summary>Details</summary>' in train       # runs and provenance wait too
 
 
 @needs_markdown
@@ -541,3 +545,82 @@ def test_the_lambda_note_holds(one_thread):
     assert apart(a, b, shared) > 0.1
     (_, grad_a), (_, grad_b) = step(1.0, 1.0), step(50.0, 1.0)        # the clip at norm 1
     assert grad_b < grad_a / 2
+
+
+@needs_markdown
+def test_lambda_weighs_the_means_the_page_shows(built):
+    """λ = 50 belongs to the losses' means, and the objectives page says so where it introduces
+    λ: its display divides L_MLM by N_M (the batch's used mask slots) and L_Disc by N_R (its
+    real tokens), which is what `mlm_loss` and `disc_loss` compute (checked numerically: the
+    mean, not the sum), and its n / k and 50 k / n are Small's 128 tokens and 19 slots."""
+    import torch
+    from config import Config
+    from objectives import disc_loss, mlm_loss
+    out, _ = built
+    page = (out / "objectives.html").read_text(encoding="utf-8")
+    intro = page[:page.index('id="mask_tokens"')]
+    prose = " ".join(" ".join(NoteText(intro).text).split())
+    assert "λ weighs means, not these sums" in prose and "configure_pretraining.py" in intro
+    means = re.findall(r'<math display="block">(.*?)</math>', intro, re.S)[-1]
+    for n in ("M", "R"):            # 1 / N_M and 1 / N_R before a ∑, once each
+        assert re.search(rf"<mn>1</mn><mo>/</mo><msub><mi>N</mi><mi>{n}</mi></msub>"
+                         r"<munder><mo[^>]*>∑</mo>", means), n
+    g = torch.Generator().manual_seed(5)
+    logits, replaced = torch.randn(4, 12, generator=g), torch.rand(4, 12, generator=g) < 0.2
+    real = torch.rand(4, 12, generator=g) < 0.8
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, replaced.float(), reduction="none")
+    assert torch.allclose(disc_loss(logits, replaced, real), bce[real].sum() / real.sum())
+    assert not torch.allclose(disc_loss(logits, replaced, real), bce[real].sum())
+    gen, targets = torch.randn(4, 5, 30, generator=g), torch.randint(0, 30, (4, 5), generator=g)
+    used = (torch.arange(5)[None] < torch.tensor([[5], [3], [4], [1]])).float()
+    nll = torch.nn.functional.cross_entropy(gen.flatten(0, 1), targets.flatten(),
+                                            reduction="none").view(4, 5)
+    assert torch.allclose(mlm_loss(gen, targets, used), (nll * used).sum() / used.sum())
+    cfg = Config()
+    n, k = cfg.seq_len, cfg.n_slots
+    assert cfg.disc_weight == 50                   # the λ the page names
+    assert f"{n / k:.1f}" in intro and f"{cfg.disc_weight * k / n:.1f}" in intro
+
+
+class SiteLinks(HTMLParser):
+    """Every id of a built page, its links and images, and its <a> elements without an href."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.ids, self.refs, self.bare = set(), [], 0
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.ids.update([a["id"]] if "id" in a else [])
+        self.bare += tag == "a" and "href" not in a
+        self.refs += [a[k] for k in ("href", "src") if k in a and tag in ("a", "img", "link")]
+
+
+@needs_markdown
+def test_no_link_without_a_target_on_the_whole_site(built):
+    """Every page of the folder, the rendered documents and file pages included: each link and
+    image leads to a file of the folder and its anchor, no <a> lacks an href, and no link of a
+    rendered document was left as text (`data-file`: a target that is no file of the
+    repository). No page names a path outside the repository."""
+    out, _ = built
+    site = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.html")}
+    parsed = {name: SiteLinks(text) for name, text in site.items()}
+    bad, n = [], 0
+    for name, page in parsed.items():
+        bad += [f"{name}: <a> without href"] * page.bare
+        bad += [f"{name}: a link left as text"] * site[name].count("data-file=")
+        bad += [f"{name}: names ../shared"] * ("../shared" in site[name])
+        for ref in page.refs:
+            if re.match(r"[a-z]+:", ref):
+                continue
+            n += 1
+            target, _, anchor = ref.partition("#")
+            target = target or name
+            if not (out / target).is_file():
+                bad.append(f"{name}: {ref}")
+            elif anchor and target in parsed and anchor not in parsed[target].ids:
+                bad.append(f"{name}: {ref}: no such anchor")
+    assert not bad, bad[:20]
+    assert n > 600 and "repo.docs.appendix-g.md.html" in site      # plateau.md's link, followed
