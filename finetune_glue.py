@@ -213,8 +213,8 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     end of training (no early stopping, as the official run_finetuning.py).
 
     Engineering: `static`, a machinery.static_shapes.StaticShapes, runs the same batches
-    padded to fixed shapes through its compiled graphs (--compile). precision "fp16": dynamic
-    loss scaling (machinery/loss_scale.py), a step whose gradients overflow skipped."""
+    padded to fixed shapes through its compiled graphs (--compile); precision "fp16" scales
+    the loss (machinery/loss_scale.py)."""
     t0 = time.time()
     state, shapes, tok, _ = pre
     task = TASKS[name]
@@ -241,7 +241,7 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
     for epoch in range(1, epochs + 1):
         model.train()
         te, loss_sum, n_batches = time.time(), torch.zeros((), device=device), 0
-        skipped = torch.zeros((), device=device)          # fp16: steps that overflowed
+        skipped = torch.zeros((), device=device)          # fp16's skipped steps
         for idx in length_batches(lengths, hp["batch_size"], rng):
             step += 1
             for g, lr in zip(opt.param_groups, base_lrs):
@@ -254,7 +254,7 @@ def finetune(name, data, pre, seed, device, autocast, epochs, hp=HPARAMS, log=pr
                     logits = model(*collate(train_in, idx, tok.pad_id, device))
                 loss = F.mse_loss(logits[:, 0], y) if task.regression else \
                     F.cross_entropy(logits, y.long())
-            if loss_scale is not None:        # fp16: scaled, unscaled, clipped, maybe skipped
+            if loss_scale is not None:        # fp16 (machinery/loss_scale.py)
                 skipped += loss_scale.backward_clip_step(model, opt, loss, hp["grad_clip"])
             else:
                 loss.backward()

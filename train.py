@@ -97,14 +97,13 @@ def masked_batch(data, cfg, masking):
 
 def training_step(model, opt, batch, lr, cfg, device, precision="auto", loss_scale=None):
     """The step `train` runs: `electra_step` after the mask, through the model's forward, on
-    a masked CPU batch; returns the statistics, still on the device. loss_scale: fp16's
-    (machinery/loss_scale.py), else None."""
+    a masked CPU batch; returns the statistics, still on the device."""
     batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
     for group in opt.param_groups:
         group["lr"] = lr
     # Engineering: bf16 autocast where the hardware computes bf16 natively, fp16 on GPUs
-    # whose tensor cores have only fp16 (machinery/device.py); the weights, the optimizer and
-    # both losses stay in float32.
+    # whose tensor cores have only fp16 (machinery/device.py), with `loss_scale`
+    # (machinery/loss_scale.py); the weights, the optimizer and both losses stay in float32.
     stats = update(model, opt, batch, cfg.grad_clip, pick_precision(precision, device)[1],
                    loss_scale)
     opt.zero_grad(set_to_none=True)
@@ -115,8 +114,8 @@ def update(model, opt, batch, grad_clip, autocast, loss_scale=None):
     """Both losses, backward, clipping and Adam on a batch already on the device.
 
     Engineering: machinery/step.py compiles this into one graph with --compile, or each of
-    its Transformer blocks with --compile regional. In fp16, `loss_scale` runs backward,
-    clipping and Adam, skipping a step whose gradients overflow (machinery/loss_scale.py)."""
+    its Transformer blocks with --compile regional; in fp16 `loss_scale` does the last three,
+    skipping overflowed steps (machinery/loss_scale.py)."""
     with autocast():
         loss, stats = model(**batch)
     if loss_scale is not None:
