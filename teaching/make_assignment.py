@@ -70,10 +70,10 @@ STAND_INS = {
 }
 # Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
 # Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py
-# import it, and benchmarks/selfcheck.py imports bench.py. teaching/one_step.py runs mask, sample
-# and corrupt on one sentence (the joint loss's calls).
+# import it, and benchmarks/selfcheck.py and benchmarks/loss_scale.py import bench.py.
+# teaching/one_step.py runs mask, sample and corrupt on one sentence (the joint loss's calls).
 HF_TOOLS = ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py",
-            "benchmarks/selfcheck.py")
+            "benchmarks/selfcheck.py", "benchmarks/loss_scale.py")
 LEFT_OUT = {"sample": HF_TOOLS, "corrupt": HF_TOOLS, "joint_loss": ("teaching/one_step.py",)}
 HIDDEN_TESTS = "teaching/hidden_tests.py"    # in the autograder only: never in a copy
 NEEDS_TESTS = ("benchmarks/batch_time.py",)   # reads the project's tests/, which no copy has
@@ -301,6 +301,8 @@ def make_copy(out, parts, points=None, shown=DEFAULT_SHOWN):
                     text = replace_answers(text, part, STAND_INS[(rel, part)])
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_text(text)
+        shutil.copytree(ROOT / "notebooks", tmp / "notebooks",    # (scripts, run not imported)
+                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
         shutil.copytree(ROOT / "tests" / "parts", tmp / "tests" / "parts",
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "tests" / "conftest.py", tmp / "tests" / "conftest.py")   # fixtures
