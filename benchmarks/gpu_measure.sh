@@ -44,7 +44,7 @@
 #     built-in demo corpus (a smoke point, not a result)
 #   GLUE [.carry/glue, else glue/, where `python finetune_glue.py --download glue` puts it]:
 #     CoLA/ SST-2/ ... with train/dev.tsv; `all` without it pre-trains and records the point
-#   DATA_FROM [../shared/data]: where `carry` copies from (corpus/ and glue/ inside it)
+#   DATA_FROM [none: carry needs it]: where `carry` copies from (corpus/ and glue/ inside it)
 #   CACHE [.carry/compile_cache]: compile caches an earlier command saved (machinery/
 #     compile_cache.py); every compiled sub-run loads its file from there and saves it anew,
 #     with what it compiled, in RES/compile_cache/ - copy those into CACHE for the next machine
@@ -214,7 +214,8 @@ corpus_note() {
 stage_carry() {
   # N shards (wiki and books alternating, as the paper's Wikipedia + BooksCorpus) and the five
   # local GLUE tasks into .carry/, within the 64 MiB that may travel with the checkout.
-  local src=${DATA_FROM:-../shared/data} want=${1:-99} budget used f size n=0
+  local src=${DATA_FROM:-} want=${1:-99} budget used f size n=0
+  [ -n "$src" ] || die "carry: set DATA_FROM=a folder with corpus/ (text files) and glue/ (the GLUE tasks) to copy from"
   [ -d "$src/corpus" ] || die "$src/corpus: no corpus to carry: set DATA_FROM=a folder with corpus/ (text files) and glue/"
   rm -rf .carry/corpus .carry/glue && mkdir -p .carry/corpus .carry/glue || die "cannot write .carry/"
   # what travels anyway: tracked and untracked-not-ignored files, and the compile caches kept

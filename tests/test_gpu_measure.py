@@ -51,6 +51,15 @@ def one_error_line(r, *words):
     assert "Traceback" not in r.stdout and all(w in lines[0] for w in words), (words, lines[0])
 
 
+def test_carry_needs_data_from(tmp_path):
+    """carry copies from DATA_FROM only: left out, one line says to set it, and .carry/ is not
+    touched (no folder is assumed that a user may not have)."""
+    env = {k: v for k, v in os.environ.items() if k != "DATA_FROM"}
+    r = subprocess.run(["bash", str(SCRIPT), "carry"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=HANG)
+    one_error_line(r, "DATA_FROM", "corpus/", "glue/")
+
+
 def test_bad_minutes_and_seconds_are_one_line(tmp_path):
     """wait takes whole seconds, all minutes (0.5 is fine): anything else is one line with an
     example, not bash's 'unbound variable' or arithmetic error."""
