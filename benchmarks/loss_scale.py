@@ -33,6 +33,9 @@ from machinery.step import compile_step  # noqa: E402
 
 
 class HostReads(TorchDispatchMode):
+    """Counts reads of a tensor's value by the host (.item(), bool(t), ...: aten's
+    _local_scalar_dense), which on a GPU wait for every queued kernel."""
+
     def __init__(self):
         super().__init__()
         self.n = 0

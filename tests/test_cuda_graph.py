@@ -60,16 +60,23 @@ def cpu_cuda(monkeypatch):
     monkeypatch.setattr(cuda_graph, "record_into", stand_in_record)
 
 
-def test_recorded_step_trains_as_the_eager_step(cpu_cuda, monkeypatch):
-    """Six steps at a learning rate that changes every step (two warm-up, the recording, three
-    replays, one batch of another length run unrecorded in between): the losses equal the
-    eager step's, and so do the weights after the last."""
+def tiny_twins():
+    """The tiny ELECTRA (one block) and an identical twin, each with its optimizer:
+    (cfg, model, opt, twin, twin_opt)."""
     cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
     cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
     torch.manual_seed(0)
     model = build_model(cfg)
     twin = copy.deepcopy(model)
-    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    return (cfg, model, train.make_optimizer(model, cfg, CPU), twin,
+            train.make_optimizer(twin, cfg, CPU))
+
+
+def test_recorded_step_trains_as_the_eager_step(cpu_cuda):
+    """Six steps at a learning rate that changes every step (two warm-up, the recording, three
+    replays, one batch of another length run unrecorded in between): the losses equal the
+    eager step's, and so do the weights after the last."""
+    cfg, model, opt, twin, twin_opt = tiny_twins()
     batches = bench.make_batches(cfg, n=6)["electra"]
     batches[4] = tree_map(lambda t: t[:3].clone(), batches[4])   # 3 rows: run unrecorded
     step = cuda_graph.recorded_step(train.update, twin, twin_opt, cfg.grad_clip, CPU,
@@ -98,11 +105,7 @@ def test_recorded_step_trains_as_the_eager_step(cpu_cuda, monkeypatch):
 def test_the_statistics_are_copies(cpu_cuda):
     """What a step returns is not overwritten by the next replay (the loop logs a step's
     statistics later)."""
-    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
-    cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    opt = train.make_optimizer(model, cfg, CPU)
+    cfg, model, opt, _, _ = tiny_twins()
     step = cuda_graph.recorded_step(train.update, model, opt, cfg.grad_clip, CPU,
                                     contextlib.nullcontext, warmup=1)
     batches = bench.make_batches(cfg, n=4)["electra"]
@@ -117,12 +120,7 @@ def test_recorded_fp16_step_carries_the_loss_scale(cpu_cuda):
     three replays) give the eager step's losses, skips and scales, and the same weights."""
     from machinery.device import pick_precision
     from machinery.loss_scale import LossScale
-    cfg = replace(Config(), **SIZES["tiny"], vocab_size=100)
-    cfg = replace(cfg, disc=replace(cfg.disc, layers=1))
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    twin = copy.deepcopy(model)
-    opt, twin_opt = train.make_optimizer(model, cfg, CPU), train.make_optimizer(twin, cfg, CPU)
+    cfg, model, opt, twin, twin_opt = tiny_twins()
     scale, twin_scale = LossScale(CPU, init_scale=2.0 ** 24), LossScale(CPU, init_scale=2.0 ** 24)
     step = cuda_graph.recorded_step(train.update, twin, twin_opt, cfg.grad_clip, CPU,
                                     pick_precision("fp16", CPU).autocast, loss_scale=twin_scale)

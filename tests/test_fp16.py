@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import train
 from ablations import build_model
 from benchmarks import bench
+from benchmarks.loss_scale import HostReads
 from config import SIZES, Config
 from machinery.checkpoint import load_checkpoint
 from machinery.divergence import NanWatch, TrainingDiverged
@@ -36,20 +36,6 @@ def tiny(layers=1):
 def state_of(model, opt):
     return [t.clone() for t in model.parameters()] + \
         [t.clone() for s in opt.state.values() for t in s.values()]
-
-
-class HostReads(TorchDispatchMode):
-    """Counts reads of a tensor's value by the host (.item(), bool(t), ...: aten's
-    _local_scalar_dense), which on a GPU wait for every queued kernel."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 # ----------------------------------------------------------------------------- the scaler
