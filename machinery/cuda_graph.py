@@ -80,7 +80,7 @@ def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2, los
         return stats
 
     def record(batch):
-        state["batch"] = tree_map(torch.clone, batch)
+        state["batch"] = tree_map(torch.clone, batch)      # the graph's own input tensors
         graph = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize(device)
@@ -91,21 +91,23 @@ def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2, los
         state["stats"] = record_into(graph, body)
         state["graph"] = graph
 
+    def on_device(batch):
+        return {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
+
     def step(batch, lr):
-        batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
         set_lr(lr)
         state["calls"] += 1
         if state["graph"] is None:
             if state["calls"] <= warmup:
-                return unrecorded(batch)
-            record(batch)                # (recording runs nothing: the replay below does)
+                return unrecorded(on_device(batch))
+            record(on_device(batch))     # (recording runs nothing: the replay below does)
         else:
             new, spec = tree_flatten(batch)
             held, held_spec = tree_flatten(state["batch"])
             if spec != held_spec or any(a.shape != b.shape or a.dtype != b.dtype
                                         for a, b in zip(new, held)):
-                return unrecorded(batch)
-            for a, b in zip(held, new):
+                return unrecorded(on_device(batch))
+            for a, b in zip(held, new):     # straight from the (pinned) batch into the graph's
                 a.copy_(b, non_blocking=True)
         state["graph"].replay()
         # the next replay overwrites the recorded outputs: the (few, scalar) statistics copied
