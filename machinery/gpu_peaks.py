@@ -6,12 +6,25 @@ import re
 # bf16 tensor-core peak with float32 accumulation (what autocast's matrix products run; a
 # GeForce card runs fp16 accumulation at twice that, which autocast does not use), "float32"
 # the dense TF32 tensor-core peak on sm_80 and newer (training enables TF32 for what stays in
-# float32), else the plain FP32 peak. From NVIDIA's data sheets and architecture whitepapers
-# (Pascal, Volta, Turing, Ampere GA102, Ada, Hopper; boost clocks, reference cards), dense
-# figures, never "with sparsity". GPUs without tensor cores (GTX 10xx, GTX 16xx) list their
-# fp16 shader rate (sm_75) or their FP32 rate as half (sm_6x trains in float32 anyway).
+# float32), else the plain FP32 peak. Dense figures, never "with sparsity", at the boost clock
+# of the reference card (Turing's Founders Editions are clocked higher). From NVIDIA's
+# documents: the Tesla P100 data sheet (SXM2, PCIe); the Tesla V100 and V100S data sheets;
+# the Turing GPU Architecture whitepaper, Appendix A (RTX 2080 Ti, 2080, 2070) and the T4
+# data sheet; the A100 Tensor Core GPU Architecture whitepaper and the A100, A10 and A10G
+# data sheets (the A10G's is NVIDIA's sheet for Amazon EC2 G5); the Ampere GA102 GPU
+# Architecture whitepaper, Appendix A (RTX 3090, 3080, 3070); the Ada GPU Architecture
+# whitepaper, Appendix A (RTX 4090, 4080, 4080 12GB, sold as the 4070 Ti) and the L4, L40
+# and L40S data sheets; the H100 Tensor Core GPU Architecture whitepaper and the H100, H200
+# and GH200 data sheets. A GeForce card those tables leave out (SUPER, Ti, smaller) is its CUDA
+# cores x 2 x boost clock for FP32 (NVIDIA's specifications page) and its architecture's
+# ratio in the tables for the rest: half 4x FP32 on Turing, 2x on Ampere and Ada; TF32 1x.
+# GPUs without tensor cores list as half what fp16 with float32 accumulation may reach: the
+# GTX 16xx their fp16 rate, twice FP32 (no NVIDIA table; an upper bound: the fp16 units that
+# stand in for tensor cores run the tensor instructions at an unpublished rate with float32
+# accumulation), the P100 and GTX 10xx their FP32 rate (sm_6x trains in float32 anyway; the
+# P100's fp16 rate, twice FP32, accumulates in fp16).
 # Matched as whole words of the device's name, the longest name first: "L4" is not "L40S",
-# "RTX 3080" not "RTX 3080 Ti", "A10" not "A100".
+# "RTX 3080" not "RTX 3080 Ti", "A10" not "A100", "P100" (SXM2) not "P100 PCIe".
 GPU_PEAK = {
     # data centre: Hopper, Ada, Ampere, Turing, Volta, Pascal
     "H200": (989e12, 494e12), "H200 NVL": (835e12, 418e12), "GH200": (989e12, 494e12),
@@ -19,7 +32,7 @@ GPU_PEAK = {
     "L40S": (362e12, 183e12), "L40": (181e12, 90.5e12), "L4": (121e12, 60e12),
     "A100": (312e12, 156e12), "A10": (125e12, 62.5e12), "A10G": (70e12, 35e12),
     "T4": (65e12, 8.1e12), "V100": (125e12, 15.7e12), "V100 PCIe": (112e12, 14e12),
-    "V100S": (130e12, 16.4e12), "P100": (21.2e12, 10.6e12),
+    "V100S": (130e12, 16.4e12), "P100": (10.6e12, 10.6e12), "P100 PCIe": (9.3e12, 9.3e12),
     # GeForce RTX 40xx (Ada): fp16 tensor with float32 accumulation is 2x the FP32 rate
     "RTX 4090": (165.2e12, 82.6e12), "RTX 4080 SUPER": (104.4e12, 52.2e12),
     "RTX 4080": (97.5e12, 48.7e12), "RTX 4070 Ti SUPER": (88.2e12, 44.1e12),

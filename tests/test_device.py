@@ -72,14 +72,14 @@ def test_auto_precision_for_each_gpu_class(gpu, name, cc, expect):
 @pytest.mark.parametrize("name, cc, expect", GPUS)
 def test_each_gpu_has_its_peak_at_the_precision_that_runs(name, cc, expect):
     peak, key = flops.gpu_peak(name, expect)
-    assert peak and key in name.replace("-", " ")
+    assert peak and key.lower() in name.replace("-", " ").lower()
     half, fp32 = flops.GPU_PEAK[key]
     assert peak == (fp32 if expect == "fp32" else half) and half >= fp32
 
 
 def test_peaks_match_whole_names_longest_first(gpu):
-    """"L4" is not "L40S", "RTX 3080" not "RTX 3080 Ti", "A10" not "A100"; an unknown GPU has
-    no peak rather than another's."""
+    """"L4" is not "L40S", "RTX 3080" not "RTX 3080 Ti", "A10" not "A100", "P100" not "P100
+    PCIe", "H200" not "GH200"; an unknown GPU has no peak rather than another's."""
     assert flops.gpu_peak("NVIDIA L40S", "bf16") == (362e12, "L40S")
     assert flops.gpu_peak("NVIDIA L4", "bf16") == (121e12, "L4")
     assert flops.gpu_peak("NVIDIA GeForce RTX 3080 Ti", "bf16")[1] == "RTX 3080 Ti"
@@ -87,6 +87,11 @@ def test_peaks_match_whole_names_longest_first(gpu):
     assert flops.gpu_peak("NVIDIA A10", "bf16")[1] == "A10"
     assert flops.gpu_peak("NVIDIA H100 PCIe", "bf16") == (756e12, "H100 PCIe")
     assert flops.gpu_peak("Tesla V100-PCIE-32GB", "fp16") == (112e12, "V100 PCIe")
+    assert flops.gpu_peak("Tesla P100-PCIE-16GB", "fp32") == (9.3e12, "P100 PCIe")
+    assert flops.gpu_peak("Tesla P100-SXM2-16GB", "fp16") == (10.6e12, "P100")  # FP32 rate
+    assert flops.gpu_peak("NVIDIA A10G", "bf16") == (70e12, "A10G")
+    assert flops.gpu_peak("NVIDIA H200 NVL", "bf16") == (835e12, "H200 NVL")
+    assert flops.gpu_peak("NVIDIA GH200 480GB", "fp32") == (494e12, "GH200")  # not "H200"
     assert flops.gpu_peak("Quadro RTX 8000", "fp16") == (None, None)
     gpu("Tesla T4", (7, 5))
     assert flops.peak_flops("cuda", "fp16") == (65e12, "Tesla T4 fp16 data sheet")
