@@ -17,14 +17,11 @@ learning rate 1e-4 for Small (configure_finetuning.py), where Table 7 says 0 and
 
 Engineering: batches group examples of similar length and are padded to their longest only
 (RTE: 2 % padding instead of 80 %); bf16 autocast where the hardware has it. With --compile
-(the default on a GPU) each batch is padded further, to one of a few lengths (--buckets), so
-that each length is one compiled graph, a CUDA graph on a GPU (machinery/static_shapes.py). On a
-2-core CPU shared with other jobs use --threads 1: PyTorch's threads otherwise wait for each other.
+(the default on a GPU) each batch is padded further, to one of a few lengths, each length one
+compiled graph (machinery/static_shapes.py). The command line - flags, checks, the results
+file - is machinery/glue_cli.py.
 """
-import argparse
-import json
 import math
-import os
 import sys
 import time
 from dataclasses import replace
@@ -35,17 +32,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from machinery import cli, compile_cache
-from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError, load_checkpoint
-from machinery.device import DeviceError, compile_refusal, pick_device, pick_precision, \
-    refuse_unavailable
 from machinery.loss_scale import make_loss_scale
-from machinery.static_shapes import DEFAULT_BUCKETS, Padded, bucket_lengths, bucket_list, \
-    compiled_shapes
+from machinery.static_shapes import Padded
 from encoder import Embeddings, Encoder, EncoderConfig, init_weights
-from glue import TASKS, GlueError, both_orders, download_glue, encode_examples, print_table, \
-    read_task, summarize, task_metrics
+from glue import TASKS, task_metrics
 from optim import make_adam
 from machinery.tokenizer import Tokenizer
 
@@ -287,199 +278,12 @@ def evaluate(name, model, devs, pad_id, device, autocast, static=None):
 
 # ----------------------------------------------------------------------------- command line
 
-def parse_args(argv=None):
-    p = cli.Parser(description="Fine-tune a pre-trained ELECTRA/BERT-Small "
-                   "checkpoint on GLUE (Table 7 hyperparameters).")
-    p.add_argument("--ckpt", type=cli.nonempty,
-                   help="pre-training checkpoint (ckpt.pt from electra_small.py)")
-    p.add_argument("--glue_dir", type=cli.nonempty,
-                   help="GLUE folder in the standard layout (CoLA/, SST-2/, ...)")
-    p.add_argument("--tasks", help=f"comma list of {','.join(TASKS)} (default, or empty: all "
-                   "present)")
-    p.add_argument("--seeds", type=cli.positive_int, default=1,
-                   help="fine-tuning runs per task (paper: 10)")
-    p.add_argument("--out", type=cli.nonempty,
-                   help="results JSON (default: next to the checkpoint)")
-    p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
-                   help="auto: bf16 where the hardware has native bf16, fp16 with loss scaling "
-                   "on GPUs of sm_70-sm_75 (V100, T4, RTX 20xx), else fp32 (machinery/device.py)")
-    p.add_argument("--download", type=cli.out_folder, metavar="DIR",
-                   help="download GLUE into DIR first")
-    p.add_argument("--max_train", type=cli.positive_int,
-                   help="use at most N training examples per task")
-    p.add_argument("--epochs", type=cli.positive_int,
-                   help="override Table 7's epochs (quick runs only)")
-    p.add_argument("--lr", type=cli.float_range(0, 1, accepts="a learning rate in (0, 1), e.g. "
-                                                "3e-4"),
-                   help="override Table 7's 3e-4 (Appendix B: the paper searched 1e-4, 2e-4, "
-                   "3e-4 and, as printed, 5e-3 for Small)")
-    p.add_argument("--optimizer", choices=["official", "torch"], default="official",
-                   help="official: Adam without bias correction, as the official code; "
-                        "torch: AdamW")
-    p.add_argument("--layer_decay_rule", choices=["official", "stated"], default="official",
-                   help="official: the official code's exponents (top block 0.64 lr); "
-                        "stated: top block 0.8 lr (layerwise_param_groups explains)")
-    p.add_argument("--threads", type=cli.threads,
-                   help=f"CPU threads for PyTorch (1 to {cli.MAX_THREADS})")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction,
-                   help="static shapes, for GPU speed: each batch padded to a length of "
-                   "--buckets, the last one filled up with rows of weight 0, each length one "
-                   "torch.compile'd graph (on a GPU a CUDA graph), evaluation likewise; the "
-                   "padding changes no result (docs/finetuning.md). Default: on with CUDA, off "
-                   "elsewhere (--no-compile: eager, each batch padded to its longest)")
-    p.add_argument("--buckets", type=bucket_list,
-                   help="with --compile: the sequence lengths a batch is padded up to "
-                   f"(default {','.join(map(str, DEFAULT_BUCKETS))}; the model's max length "
-                   "is always one)")
-    p.add_argument("--compile_cache", type=cli.out_file, metavar="FILE",
-                   help="with --compile: load torch.compile's artifacts from FILE before "
-                   "compiling and save them there after each task's graphs, so that a fresh "
-                   "machine skips most of the compiling (machinery/compile_cache.py)")
-    args = p.parse_args(argv)
-    refuse_unavailable(p, args.device)     # a GPU that is not there: one line now
-    if args.compile_cache and args.compile is False:
-        p.error("--compile_cache keeps what --compile compiles: drop --no-compile, or leave "
-                "--compile_cache out")
-    if args.buckets and args.compile is not True and (args.compile is False or
-                                                     pick_device(args.device).type != "cuda"):
-        p.error("--buckets: only with --compile (the eager path pads each batch to its own "
-                "longest example)")
-    return args
-
-
 def main(argv=None):
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except (GlueError, CheckpointError, DeviceError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except NotImplementedError as e:    # a student copy with a part still blank: one line
-        print(cli.blank_part_or_raise(e), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: no results written", file=sys.stderr)
-        return 130
-
-
-def run(args):
-    names = list(dict.fromkeys(t.strip().lower() for t in (args.tasks or "").split(",")
-                               if t.strip()))
-    unknown = [t for t in names if t not in TASKS]
-    if unknown:
-        raise GlueError(f"unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}")
-    if args.download:
-        download_glue(args.download, names or list(TASKS))
-        if not args.ckpt:
-            return 0
-        args.glue_dir = args.glue_dir or args.download
-    if not args.ckpt or not args.glue_dir:
-        raise GlueError("give --ckpt and --glue_dir (or --download DIR)")
-    glue_dir = Path(args.glue_dir)
-    if not glue_dir.is_dir():
-        raise GlueError(f"{glue_dir}: no such GLUE folder")
-    if not names:
-        names = [t for t in TASKS if (glue_dir / TASKS[t].folder).is_dir()]
-        skipped = [t for t in TASKS if t not in names]
-        if not names:
-            raise GlueError(f"{glue_dir}: holds none of the GLUE task folders "
-                            f"{', '.join(t.folder for t in TASKS.values())}")
-        if skipped:
-            print(f"tasks: {', '.join(names)} (skipped, no folder in {glue_dir}: "
-                  f"{', '.join(skipped)})")
-    hp = dict(HPARAMS, lr=args.lr or HPARAMS["lr"], optimizer=args.optimizer,
-              decay_rule=args.layer_decay_rule)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
-    if device.type == "cpu" and not args.threads and torch.get_num_threads() > 1 and \
-            hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1) - 0.5:
-        print(f"note: this machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
-              f"cores). PyTorch's {torch.get_num_threads()} threads wait for each other at every "
-              "op when cores are shared, which can be 10-100x slower: try --threads 1")
-    precision, autocast = pick_precision(args.precision, device)
-    pre = load_pretrained(args.ckpt)
-    path = Path(args.out) if args.out else \
-        Path(args.ckpt).parent / f"glue_{Path(args.ckpt).stem}.json"
-    # Engineering: fail now, not after hours of fine-tuning, and create nothing: the nearest
-    # existing folder above the results must be writable.
-    above = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-    if not (above.is_dir() and os.access(above, os.W_OK)):
-        raise GlueError(f"{path.parent}: cannot write the results there")
-    if path.is_dir():                       # else it would fail only after the fine-tuning
-        raise GlueError(f"--out {path}: is a folder; give a file name such as {path / 'glue.json'}")
-    state, shapes, tok, info = pre
-    max_len = min(hp["max_len"], shapes["max_len"])
-    compiled = device.type == "cuda" if args.compile is None else args.compile
-    refusal = compile_refusal(device, precision) if compiled else None
-    if refusal:                 # a GPU torch.compile cannot compile for: said, then eager
-        print(refusal)
-        compiled = False
-    buckets = bucket_lengths(args.buckets or DEFAULT_BUCKETS, max_len)
-    print(f"{info['model']} checkpoint {args.ckpt}: step {info['steps']}, encoder "
-          f"{info['params'] / 1e6:.2f}M params | device {device}, {precision}, " +
-          (f"compiled, buckets {','.join(map(str, buckets))}" if compiled else "eager"))
-
-    data = {}                    # read and check every task before training any (fail early)
-    for name in names:
-        train, devs = read_task(glue_dir, name)
-        if args.max_train and len(train) > args.max_train:     # a fixed random subset
-            keep = np.random.default_rng(0).permutation(len(train))[:args.max_train]
-            train = [train[i] for i in sorted(keep)]
-        if TASKS[name].both_orders:
-            train = both_orders(train)
-        data[name] = (encode_examples(tok, train, max_len),
-                      {k: encode_examples(tok, v, max_len) for k, v in devs.items()})
-
-    results, compile_s = {}, {}
-    if compiled and args.compile_cache:         # (engineering: a fresh machine compiles less)
-        compile_cache.load(args.compile_cache, device)
-    for name in names:
-        epochs = args.epochs or TASKS[name].epochs
-        static = None
-        if compiled:
-            static, compile_s[name] = compile_task(name, pre, device, autocast, max_len,
-                                                   buckets, hp)
-            if args.compile_cache:
-                compile_cache.save(args.compile_cache, device)
-        runs = [finetune(name, data[name], pre, s, device, autocast, epochs, hp, static=static,
-                         precision=precision) for s in range(args.seeds)]
-        results[name] = summarize(runs, TASKS[name].metric)
-
-    score = float(np.mean([100 * r["median"][r["metric"]] for r in results.values()]))
-    out = dict(checkpoint=str(args.ckpt), pretrain=info, tasks=results,
-               glue_score=round(score, 2), glue_tasks=names,
-               finetune=dict(hp, seeds=args.seeds, precision=precision, device=str(device),
-                             max_len=max_len, max_train=args.max_train, epochs=args.epochs,
-                             compile=compiled, buckets=list(buckets) if compiled else None,
-                             compile_s=compile_s))
-    print_table(results)
-    missing = [t for t in TASKS if t not in names]
-    print(f"GLUE score {score:.1f}: mean over {len(names)} of 8 tasks ({', '.join(names)})"
-          + (f"; not run: {', '.join(missing)}" if missing else ""))
-    write_json_atomic(path, out)
-    print(f"wrote {path}")
-    return 0
-
-
-def compile_task(name, pre, device, autocast, max_len, buckets, hp, backend="inductor"):
-    """Engineering: (StaticShapes with its graphs compiled, seconds it took) for one task, or
-    (None, None) where torch.compile fails (machinery/static_shapes.py `compiled`)."""
-    state, shapes, tok, _ = pre
-    n_out = 1 if TASKS[name].regression else len(TASKS[name].labels)
-    return compiled_shapes(name, lambda: build_classifier(state, shapes, n_out, hp["dropout"]),
-                           buckets, max_len, hp["batch_size"], device, TASKS[name].regression,
-                           autocast, tok.pad_id, backend)
-
-
-def write_json_atomic(path, obj):
-    """Engineering: temp file + rename, so a reader never sees half a results file."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
-    except OSError as e:
-        raise GlueError(f"{path}: cannot write the results ({e.strerror or e})") from None
+    """Engineering: the command line, machinery/glue_cli.py, handed this file and glue.py
+    (machinery imports nothing of the core)."""
+    import glue
+    from machinery import glue_cli
+    return glue_cli.main(argv, sys.modules[__name__], glue)
 
 
 if __name__ == "__main__":

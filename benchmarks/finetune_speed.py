@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 import finetune_glue as fg  # noqa: E402
 from glue import TASKS, GlueError, both_orders, encode_examples, read_task  # noqa: E402
-from machinery import cli  # noqa: E402
+from machinery import cli, glue_cli  # noqa: E402
 from machinery.checkpoint import CheckpointError  # noqa: E402
 from machinery.device import DeviceError, pick_device, pick_precision, refuse_unavailable  # noqa: E402
 from machinery.static_shapes import DEFAULT_BUCKETS, bucket_list  # noqa: E402
@@ -86,8 +86,8 @@ def run(args):
             f"{info['params'] / 1e6:.2f}M-parameter encoder | {device}, {precision}, "
             f"{torch.get_num_threads()} thread(s) | backend {args.backend}")
     print(head, flush=True)
-    static, compile_s = fg.compile_task(args.task, pre, device, autocast, max_len,
-                                        args.buckets or DEFAULT_BUCKETS, hp, args.backend)
+    static, compile_s = glue_cli.compile_task(fg, args.task, pre, device, autocast, max_len,
+                                              args.buckets or DEFAULT_BUCKETS, hp, args.backend)
     if static is None:
         print("error: the buckets did not compile (the line above says why)", file=sys.stderr)
         return 1

@@ -16,5 +16,6 @@
     distributed.py      torchrun data parallelism
     cli.py              what each command-line flag accepts, bad input as one line
     static_shapes.py    GLUE fine-tuning at fixed shapes, a compiled graph per length
+    glue_cli.py         finetune_glue.py's command line: flags, checks, the results file
 
 Nothing here imports the core (tests/test_layout.py checks it)."""

@@ -1,6 +1,7 @@
 """Tests for fine-tuning with static shapes (machinery/static_shapes.py, finetune_glue.py
 --compile): the batches' shapes and weights, the same losses, weights and dev metrics as the
-eager path, the command line's flags, and the eager fallback when compiling fails.
+eager path, the command line's flags (machinery/glue_cli.py), and the eager fallback when
+compiling fails.
 
 The graphs are compiled with backend "aot_eager": Dynamo and AOTAutograd trace the same graphs as
 with Inductor, without generating code, so a test takes seconds. Dropout is 0 where the two
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_glue as fg  # noqa: E402
 from conftest import generated_text, save_tiny  # noqa: E402
 from glue import TASKS, encode_examples, read_task  # noqa: E402
+from machinery import compile_cache, glue_cli  # noqa: E402
 from machinery.device import pick_precision  # noqa: E402
 from machinery.static_shapes import Padded, StaticShapes, bucket_lengths  # noqa: E402
 from machinery.tokenizer import Tokenizer, train_bpe  # noqa: E402
@@ -70,7 +72,8 @@ def run_both(name, glue_dir, ckpt, monkeypatch, epochs=3):
     for compiled in (False, True):
         static = None
         if compiled:
-            static, _ = fg.compile_task(name, pre, CPU, FP32, 64, (16, 32), hp, backend="aot_eager")
+            static, _ = glue_cli.compile_task(fg, name, pre, CPU, FP32, 64, (16, 32), hp,
+                                              backend="aot_eager")
             assert static is not None and static.buckets == [16, 32, 64]
         lines = []
         r = fg.finetune(name, data, pre, 0, CPU, FP32, epochs, hp, log=lambda s, **k: lines.append(s),
@@ -191,11 +194,11 @@ def test_cli_compile_runs_every_layout_and_records_it(tiny, tmp_path, monkeypatc
     by both seeds; the results say it was compiled, at which lengths, in how long. With
     --compile_cache the cache is loaded once before the first compile and saved after each
     task's (machinery/compile_cache.py; tests/test_compile_cache.py tests what they do)."""
-    monkeypatch.setattr(fg, "compile_task", functools.partial(fg.compile_task,
-                                                              backend="aot_eager"))
+    monkeypatch.setattr(glue_cli, "compile_task", functools.partial(glue_cli.compile_task,
+                                                                    backend="aot_eager"))
     calls = []
-    monkeypatch.setattr(fg.compile_cache, "load", lambda path, dev: calls.append(("load", path)))
-    monkeypatch.setattr(fg.compile_cache, "save", lambda path, dev: calls.append(("save", path)))
+    monkeypatch.setattr(compile_cache, "load", lambda path, dev: calls.append(("load", path)))
+    monkeypatch.setattr(compile_cache, "save", lambda path, dev: calls.append(("save", path)))
     write_glue(tmp_path / "g", A * 4, B * 4, Y * 4, ["MNLI", "STS-B"])
     out, cache = tmp_path / "r.json", tmp_path / "c.bin"
     code = fg.main(["--ckpt", str(tiny), "--glue_dir", str(tmp_path / "g"), "--epochs", "1",
@@ -274,7 +277,7 @@ def test_speed_benchmark_runs_both_side_by_side(tiny, tmp_path, capsys):
 
 def test_help_names_the_flags(capsys):
     with pytest.raises(SystemExit):
-        fg.parse_args(["--help"])
+        glue_cli.parse_args(["--help"], TASKS)
     text = " ".join(capsys.readouterr()[0].split())
     assert "--compile, --no-compile" in text and "--buckets" in text
     assert "CUDA graph" in text and "weight 0" in text and "32,64,128" in text
