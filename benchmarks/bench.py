@@ -110,7 +110,7 @@ def check_compiled_step(cfg, device, precision, steps=3):
     c = Contender("ours", small, bench_data(small), device, False, precision)
     c.compiled, c.mode = compile_step(update, c.model, c.opt, cfg.grad_clip, device, precision,
                                       backend="aot_eager", fullgraph=False,
-                                      loss_scale=c.loss_scale), "compiled"
+                                      loss_scale=c.loss_scale, trace_backward=True), "compiled"
     for _ in range(steps):
         c.step()
     return c
@@ -145,10 +145,13 @@ class Contender:
         if compile_ or regional or name.endswith("_compiled"):
             # the step as training's --compile runs it (machinery/step.py), except that a graph
             # break splits the whole step instead of failing it, so that graph_counts can count
-            # it; HF's Electra compiled the same way, so that the ratio compares like with like
+            # it; HF's Electra compiled by the same function. Ours traces backward into its
+            # graph, as training does; HF's, whose graph breaks split its step, must not (a
+            # traced backward across its breaks trained nothing: machinery/step.py), so
+            # AOTAutograd compiles its backward. `trains()` checks both after the warm-up.
             self.compiled = compile_step(update, self.model, self.opt, cfg.grad_clip, device,
                                          precision, fullgraph=False, regional=regional,
-                                         loss_scale=self.loss_scale)
+                                         loss_scale=self.loss_scale, trace_backward=not hf)
             self.mode = "regional" if regional else "compiled"
         self.attention = self.model.attn if hf else "sdpa"
         self.i, self.times, self.mem, self.mem_kind = 0, [], None, "n/a"
@@ -159,6 +162,14 @@ class Contender:
         does (a compiled step must not compile again for it)."""
         self.i += 1
         return self.fetch()[0], self.cfg.lr * self.i / (self.i + 1)
+
+    def weights(self):
+        return [p.detach().clone() for p in self.model.parameters()]
+
+    def trains(self, before):
+        """Whether every weight moved since `before` (self.weights()): a step that times well
+        but updates nothing would win any benchmark."""
+        return all(not torch.equal(a, p) for a, p in zip(before, self.model.parameters()))
 
     def close(self):
         if isinstance(self.fetch, Prefetcher):
@@ -333,9 +344,16 @@ def main(argv=None):
                       args.precision)
             for n in args.which]
     for c in runs:                       # warm-up; the last warm-up step also measures memory
+        before = c.weights()
         for _ in range(args.warmup - 1):
             c.step()
         c.mem, c.mem_kind = measure_step_memory(device, c.step)
+        # (fp16 may skip its first steps on overflow, as training does: not checked there)
+        if c.loss_scale is None and not c.trains(before):
+            print(f"error: {c.name}'s {c.mode} step left some weights unchanged over its "
+                  f"{args.warmup} warm-up steps: it does not train, so its speed means "
+                  "nothing", file=sys.stderr)
+            return 1
         c.ops, c.saved = c.eager_costs()             # two more, untimed, eager steps
     for r in range(rounds):              # round r: one block each, the order rotating
         for c in runs[r % len(runs):] + runs[:r % len(runs)]:

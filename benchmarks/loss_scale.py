@@ -56,7 +56,11 @@ def measure(kind, compiled, cfg, device, backend, steps, init_scale):
     batches = bench.make_batches(cfg, n=steps + 1)[cfg.model]
     if compiled:
         step = compile_step(train.update, model, opt, cfg.grad_clip, device, "fp16",
-                            backend=backend, fullgraph=False, loss_scale=scaler)
+                            backend=backend, fullgraph=False, loss_scale=scaler,
+                            # backward traced into the graph as training does, where the step
+                            # can be one graph; GradScaler's breaks split it, and a traced
+                            # backward across breaks computes nothing (machinery/step.py)
+                            trace_backward=kind is LossScale)
     else:
         step = lambda b, lr: train.training_step(model, opt, b, lr, cfg, device, "fp16", scaler)
     row = dict(way=kind.__name__, step="compiled " + backend if compiled else "eager")

@@ -16,7 +16,13 @@ What one graph, compiled once, needs - and where it is arranged:
   step (optim.py).
 - No host reads (.item(), `if tensor:`): the statistics stay tensors; the loop reads them only
   when it logs (machinery/run_log.py).
-- Backward traced into the graph: torch._dynamo.config.trace_autograd_ops (off by default).
+- Backward traced into the graph: torch._dynamo.config.trace_autograd_ops (off by default),
+  set only while this step runs and only where the step is one graph (fullgraph=True).
+  Where a graph break splits the step (fullgraph=False), a traced backward that starts in
+  one graph from a loss made in another computed no update at all: Hugging Face's Electra,
+  compiled so by benchmarks/bench.py, moved none of its 82 weights (torch 2.13, a CPU).
+  Untraced, AOTAutograd compiles each graph's backward beside its forward, as for any
+  module; tests/test_compiled_step.py holds both to training every weight.
 - Random numbers (dropout, the sample x̂) drawn inside the graph from torch's generator, so every
   call - and every CUDA-graph replay - draws fresh ones. Inductor draws them with its own kernels
   seeded from that generator: the same distributions as eager, not the same numbers. With
@@ -42,7 +48,7 @@ from machinery.device import pick_precision
 
 
 def compile_step(update, model, opt, grad_clip, device, precision="auto", backend="inductor",
-                 fullgraph=True, regional=False, loss_scale=None):
+                 fullgraph=True, regional=False, loss_scale=None, trace_backward=None):
     """train.training_step compiled whole: returns step(batch, lr) -> statistics, taking and
     returning what training_step(model, opt, batch, lr, ...) does. `update` is train.update, the
     lines of training_step that the graph holds (passed in: train.py imports this file, not the
@@ -53,12 +59,17 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     regional=True compiles only the Transformer blocks, one for all its repeats, and runs the
     rest eagerly (`compile_regional`: a fraction of the whole step's compiling time).
     loss_scale: fp16's (machinery/loss_scale.py): its scale and its skip of an overflowed
-    step stay inside the graph, with no host read."""
+    step stay inside the graph, with no host read. trace_backward: backward traced into the
+    graph; by default where fullgraph=True only (the module's notes say why). A caller that
+    allows breaks and still traces must check that the step trains (benchmarks/bench.py does)."""
     if regional:
         return compile_regional(update, model, opt, grad_clip, device, precision, backend,
                                 loss_scale)
-    if hasattr(torch._dynamo.config, "trace_autograd_ops"):  # (else the first call fails,
-        torch._dynamo.config.trace_autograd_ops = True     # and train.py goes on eagerly)
+    # Backward into the graph only where nothing can split it (the module's notes say why);
+    # patched around each call, never left set for other code of the process to compile under.
+    # (A torch without the option fails here, and train.py goes on eagerly.)
+    trace_backward = torch._dynamo.config.patch(
+        trace_autograd_ops=fullgraph if trace_backward is None else trace_backward)
     lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
     # The tensors the step writes in place besides the weights - Adam's moments and step
     # counts, the learning rates - at fixed addresses: a CUDA graph replays writes to the
@@ -89,7 +100,8 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
         for group, lr_tensor in zip(opt.param_groups, lrs):
             lr_tensor.fill_(lr)                             # in place: the graph's input
             group["lr"] = lr_tensor         # (again: an eager step may have put a float there)
-        stats = compiled(batch)
+        with trace_backward:
+            stats = compiled(batch)
         return tree_map(torch.clone, stats) if cuda_graphs else stats
     return step
 

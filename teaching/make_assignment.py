@@ -70,10 +70,11 @@ STAND_INS = {
 }
 # Tools that restate a part's answer and that no part needs: benchmarks/hf_electra.py samples with the
 # Gumbel-max trick and builds x_corrupt for Hugging Face's ELECTRA; benchmarks/bench.py and benchmarks/parity.py
-# import it, and benchmarks/selfcheck.py and benchmarks/loss_scale.py import bench.py.
+# import it, and benchmarks/selfcheck.py, benchmarks/loss_scale.py and benchmarks/compiled_gap.py
+# import bench.py.
 # teaching/one_step.py runs mask, sample and corrupt on one sentence (the joint loss's calls).
 HF_TOOLS = ("benchmarks/bench.py", "benchmarks/parity.py", "benchmarks/hf_electra.py",
-            "benchmarks/selfcheck.py", "benchmarks/loss_scale.py")
+            "benchmarks/selfcheck.py", "benchmarks/loss_scale.py", "benchmarks/compiled_gap.py")
 LEFT_OUT = {"sample": HF_TOOLS, "corrupt": HF_TOOLS, "joint_loss": ("teaching/one_step.py",)}
 HIDDEN_TESTS = "teaching/hidden_tests.py"    # in the autograder only: never in a copy
 NEEDS_TESTS = ("benchmarks/batch_time.py",)   # reads the project's tests/, which no copy has

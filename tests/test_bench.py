@@ -176,3 +176,32 @@ def test_roofline_counts_bytes_and_flops_and_prices_launches():
     eager, graph = step_cost.roofline([(1000, 0), (0, 10 ** 9)], card)
     assert graph == pytest.approx(1e-6 + 1e-3)                  # bytes-bound + FLOP-bound
     assert eager == pytest.approx(graph + 2 * step_cost.LAUNCH_S)
+
+
+def test_compiled_gap_times_each_network_beside_hugging_faces():
+    """benchmarks/compiled_gap.py: D alone and G's encoder alone, ours and HF's, side by side
+    (traced with aot_eager at the tiny size: the wiring, not a speed)."""
+    pytest.importorskip("transformers")
+    r = run_cli("benchmarks/compiled_gap.py", "--size", "tiny", "--backend", "aot_eager",
+                "--which", "networks", "--rounds", "2", "--warmup", "1", "--threads", "1",
+                timeout=HANG)
+    assert r.returncode == 0, r.stderr
+    times = dict(re.findall(r"^  (\w+) +([\d.]+) ms \(median of 2\)$", r.stdout, re.M))
+    assert set(times) == {"ours_D", "hf_D", "ours_G", "hf_G"} and all(float(t) > 0 for t in
+                                                                       times.values())
+    assert re.search(r"^  ours_D / hf_D speed: [\d.]+x", r.stdout, re.M), r.stdout
+
+
+def test_a_contender_whose_step_trains_nothing_is_refused(monkeypatch, capsys):
+    """A step that updates no weight times well and means nothing (as Hugging Face's compiled
+    step did when its backward was traced across its graph breaks): one line, exit 1."""
+    from benchmarks import bench
+
+    def trains_nothing(model, opt, batch, lr, cfg, device, precision, loss_scale=None):
+        return dict(mlm_loss=torch.tensor(10.0))
+    monkeypatch.setattr(bench, "training_step", trains_nothing)
+    code = bench.main(["--size", "tiny", "--steps", "1", "--warmup", "1", "--which", "ours",
+                       "--threads", "1", "--precision", "fp32"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "ours's eager step left some weights unchanged" in err and "does not train" in err
