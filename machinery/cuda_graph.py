@@ -55,20 +55,29 @@ def record_into(graph, body):
         return body()
 
 
+def learning_rates(opt, device):
+    """(the 0-dim learning-rate tensors, set_lr(lr)): one tensor per parameter group, which
+    set_lr fills in place and puts back in its group before each step. A compiled graph or a
+    recorded CUDA graph reads the rate from that tensor's memory; a Python float there would be
+    a constant of the graph (a new compile, or a stale rate, at every step)."""
+    lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
+
+    def set_lr(lr):
+        for group, lr_tensor in zip(opt.param_groups, lrs):
+            lr_tensor.fill_(lr)                  # in place: the graph reads it there
+            group["lr"] = lr_tensor     # (again: an eager step may have put a float there)
+    return lrs, set_lr
+
+
 def recorded_step(update, model, opt, grad_clip, device, autocast, warmup=2, loss_scale=None):
     """step(batch, lr) -> statistics: `update(model, opt, batch, grad_clip, autocast,
     loss_scale)` (train.update: both losses, backward, clipping, Adam; in fp16 with the loss
     scale's on-device skip, machinery/loss_scale.py, which reads nothing back either) run
     `warmup` times, then recorded as one CUDA graph and replayed for every later batch of the
     same shapes."""
-    lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
+    _, set_lr = learning_rates(opt, device)
     side = torch.cuda.Stream(device)
     state = dict(calls=0, graph=None, batch=None, stats=None)
-
-    def set_lr(lr):
-        for group, lr_tensor in zip(opt.param_groups, lrs):
-            lr_tensor.fill_(lr)                  # in place: the recorded step reads it there
-            group["lr"] = lr_tensor
 
     def unrecorded(batch):
         side.wait_stream(torch.cuda.current_stream(device))

@@ -43,7 +43,7 @@ Outside the graph: masking (§2's mask step), which runs on the CPU with each ba
 import torch
 from torch.utils._pytree import tree_map
 
-from machinery.cuda_graph import autocast_for_graphs, recorded_step
+from machinery.cuda_graph import autocast_for_graphs, learning_rates, recorded_step
 from machinery.device import pick_precision
 
 
@@ -70,7 +70,7 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     # (A torch without the option fails here, and train.py goes on eagerly.)
     trace_backward = torch._dynamo.config.patch(
         trace_autograd_ops=fullgraph if trace_backward is None else trace_backward)
-    lrs = [torch.tensor(float(g["lr"]), device=device) for g in opt.param_groups]
+    lrs, set_lr = learning_rates(opt, device)
     # The tensors the step writes in place besides the weights - Adam's moments and step
     # counts, the learning rates - at fixed addresses: a CUDA graph replays writes to the
     # memory it recorded, so for a graph input that is written to, and not marked so, Inductor
@@ -97,9 +97,7 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
 
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
-        for group, lr_tensor in zip(opt.param_groups, lrs):
-            lr_tensor.fill_(lr)                             # in place: the graph's input
-            group["lr"] = lr_tensor         # (again: an eager step may have put a float there)
+        set_lr(lr)                                          # in place: the graph's input
         with trace_backward:
             stats = compiled(batch)
         return tree_map(torch.clone, stats) if cuda_graphs else stats
