@@ -268,6 +268,18 @@ def test_what_the_zip_and_the_handout_ship_compiles_under_a_real_python_3_10(bui
     assert bad.stdout.startswith("x.py, line 1:"), bad.stdout + bad.stderr      # it can fail
 
 
+def submission(tmp_path, bodies=None, folder="submission"):
+    """A submission as a student hands it in: the graded parts' files of the reference, in
+    tmp_path / folder, with `bodies` ({part: its lines}) filled into their parts."""
+    sub = tmp_path / folder
+    sub.mkdir(parents=True)
+    for f in {course.BY_NAME[p].file for p in ALL}:
+        shutil.copy(ROOT / f, sub / f)
+    for part, body in (bodies or {}).items():
+        fill(sub, part, body)
+    return sub
+
+
 def test_the_reference_gets_full_marks(built, tmp_path):
     r = run(built, tmp_path, ROOT)
     entries = check_results(r)
@@ -303,12 +315,7 @@ def test_every_planted_wrong_answer_loses_points_in_public_and_hidden_tests(buil
     in as a student would hand in the files."""
     answers = wrong_answers(WRONG[0])
     assert sorted(answers) == sorted(ALL)
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
-    for part, body in answers.items():
-        fill(sub, part, body)
+    sub = submission(tmp_path, answers)
     entries = check_results(run(built, tmp_path, sub))
     for (part, kind), t in entries.items():
         assert t["score"] < t["max_score"], (part, kind, t["output"])
@@ -352,13 +359,8 @@ def left_running(root):
 
 
 def test_broken_submissions_get_one_line_each_and_the_rest_is_graded(built, tmp_path):
-    sub = tmp_path / "submission" / "my-folder"          # a zipped folder, one level down
-    sub.mkdir(parents=True)
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
-    for part, (body, _) in BROKEN.items():
-        if body:
-            fill(sub, part, body)
+    sub = submission(tmp_path, {part: body for part, (body, _) in BROKEN.items() if body},
+                     "submission/my-folder")          # a zipped folder, one level down
     text = (sub / "objectives.py").read_text()
     x_line = text.splitlines().index("    x = (") + 1           # the syntax error, from 1
     text = text.replace("    # BEGIN ASSIGNMENT corrupt\n", "")
@@ -657,10 +659,7 @@ def test_a_submission_run_as_root_cannot_touch_the_results_or_the_graders_files(
     grader's points file, then does its work. Both writes fail; the part is graded as usual.
     Needs a Python the ordinary user can run (setup.sh's /opt/electra-grader is; one under
     /root is not: grader_python makes one)."""
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
+    sub = submission(tmp_path)
     attack = ["import os as _os", "_root = _os.environ['AUTOGRADER_ROOT']",
               "for _p in ('results/results.json', 'source/project/tests/grading.json'):",
               "    try:",
@@ -764,12 +763,7 @@ def test_hostile_bodies_earn_only_what_their_honest_work_earns(built, tmp_path):
     the reference in the other two: the attacked parts get 0 in their public and hidden tests,
     the liar only its value tests, the others full marks, and the score is theirs alone
     (results.json written by the grader after the attack that wrote it)."""
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
-    for part, body in {**ATTACKS, "joint_loss": LYING_GRADIENTS}.items():
-        fill(sub, part, body)
+    sub = submission(tmp_path, {**ATTACKS, "joint_loss": LYING_GRADIENTS})
     r = run(built, tmp_path, sub)
     entries = check_results(r)
     for (part, kind), t in entries.items():
@@ -875,10 +869,7 @@ def test_as_root_no_submitted_line_runs_when_its_user_cannot_start_the_python(bu
     assert not runner.Unprivileged().can_run(python)
     root, top = real_root()
     marker = Path(top) / "ran-as"
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
+    sub = submission(tmp_path)
     fill(sub, "mask", ["import os",
                        "_r = os.environ.get('AUTOGRADER_ROOT', '/autograder')",
                        f"open({str(marker)!r}, 'w').write(str(os.getuid()))",
@@ -1062,12 +1053,7 @@ def test_attacks_on_the_secrets_and_on_root_earn_only_their_honest_work(built, t
     the same shape; nothing is left running or on disk; results.json and run_autograder are
     the grader's."""
     root, top = real_root()
-    sub = tmp_path / "submission"
-    sub.mkdir()
-    for f in {course.BY_NAME[p].file for p in ALL}:
-        shutil.copy(ROOT / f, sub / f)
-    for part, body in BATTERY.items():
-        fill(sub, part, body)
+    sub = submission(tmp_path, BATTERY)
     try:
         r = run(built, tmp_path, sub, root=root)
         entries = check_results(r)
