@@ -100,6 +100,20 @@ def make_batches(cfg, n=4, seed=0):
     return out
 
 
+def in_turn(items, rounds):
+    """The order of each round: every item once, the first one rotating, so that a change in
+    the machine's load during a round slows them all alike."""
+    for r in range(rounds):
+        k = r % len(items)
+        yield items[k:] + items[:k]
+
+
+def speed_ratio(times, others):
+    """How much faster `times` ran than `others` (seconds, round by round): the median over
+    rounds of the ratio within a round, which a change in load between rounds leaves alone."""
+    return statistics.median(o / t for t, o in zip(times, others))
+
+
 # ----------------------------------------------------------------------------- one contender
 
 def check_compiled_step(cfg, device, precision, steps=3):
@@ -355,8 +369,8 @@ def main(argv=None):
                   "nothing", file=sys.stderr)
             return 1
         c.ops, c.saved = c.eager_costs()             # two more, untimed, eager steps
-    for r in range(rounds):              # round r: one block each, the order rotating
-        for c in runs[r % len(runs):] + runs[:r % len(runs)]:
+    for order in in_turn(runs, rounds):  # round r: one block each, the order rotating
+        for c in order:
             c.timed_block(block)
     for c in runs:
         c.close()
@@ -366,7 +380,7 @@ def main(argv=None):
     # The ratio pairs the steps of one round (timed seconds apart) and takes the median: what
     # a change in the machine's load does to one round, it does to both sides of its ratio.
     t = {c.name: c.times for c in runs}
-    ratios = {f"{a}/{b} tokens_per_s": statistics.median(h / o for o, h in zip(t[a], t[b]))
+    ratios = {f"{a}/{b} tokens_per_s": speed_ratio(t[a], t[b])
               for b in ("hf", "hf_compiled") for a in CONTENDERS
               if a in t and b in t and not a.startswith("hf")}
     for k, v in ratios.items():

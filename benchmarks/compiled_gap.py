@@ -1,5 +1,5 @@
-"""Where ours compiled loses to Hugging Face's Electra compiled: the whole step in its variants,
-and each network alone, timed side by side (machinery; no paper section - benchmarks/bench.py
+"""Ours compiled against Hugging Face's Electra compiled, taken apart: the whole step in its
+variants, and each network alone, timed side by side (machinery; no paper section - benchmarks/bench.py
 times the steps as training runs them, this file takes them apart).
 
     python benchmarks/compiled_gap.py --threads 2                       # Table 6 model, batch 8
@@ -38,16 +38,18 @@ import torch.nn.functional as F
 if not __package__:   # run as a path (python benchmarks/compiled_gap.py): import from the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench import in_turn, speed_ratio
 from machinery import cli
 from machinery.device import pick_precision
 from config import SIZES, Config
 
 
 def interleaved(fns, rounds):
-    """{name: [seconds of each round]}: round r times one call of every fn, the order rotating."""
-    names, times = list(fns), collections.defaultdict(list)
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+    """{name: [seconds of each round]}: each round times one call of every fn, in bench.py's
+    rotating order."""
+    times = collections.defaultdict(list)
+    for order in in_turn(list(fns), rounds):
+        for n in order:
             t0 = time.perf_counter()
             fns[n]()
             times[n].append(time.perf_counter() - t0)
@@ -59,8 +61,7 @@ def report(title, times, pairs):
     for n, t in times.items():
         print(f"  {n:<12} {1000 * statistics.median(t):9.1f} ms (median of {len(t)})")
     for a, b in pairs:
-        ratio = statistics.median(tb / ta for ta, tb in zip(times[a], times[b]))
-        print(f"  {a} / {b} speed: {ratio:.2f}x (median over rounds)")
+        print(f"  {a} / {b} speed: {speed_ratio(times[a], times[b]):.2f}x (median over rounds)")
 
 
 def steps(cfg, args, device):
@@ -82,9 +83,10 @@ def steps(cfg, args, device):
         if not c.trains(before):
             print(f"error: {tag}'s compiled step left weights unchanged: it does not train",
                   file=sys.stderr)
-            sys.exit(1)
+            return 1
         runs[tag] = c.step
     report("steps", interleaved(runs, args.rounds), [("ours", "hf"), ("ours_split", "hf")])
+    return 0
 
 
 def networks(cfg, args, device):
@@ -165,8 +167,8 @@ def main(argv=None):
           f"{pick_precision(args.precision, device)[0]} | backend {args.backend}"
           f"{' | fallback_random' if args.fallback_random else ''} | load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
-    if args.which in ("steps", "both"):
-        steps(cfg, args, device)
+    if args.which in ("steps", "both") and steps(cfg, args, device):
+        return 1
     if args.which in ("networks", "both"):
         networks(cfg, args, device)
     return 0

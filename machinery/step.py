@@ -68,7 +68,7 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     # Backward into the graph only where nothing can split it (the module's notes say why);
     # patched around each call, never left set for other code of the process to compile under.
     # (A torch without the option fails here, and train.py goes on eagerly.)
-    trace_backward = torch._dynamo.config.patch(
+    tracing = torch._dynamo.config.patch(
         trace_autograd_ops=fullgraph if trace_backward is None else trace_backward)
     lrs, set_lr = learning_rates(opt, device)
     # The tensors the step writes in place besides the weights - Adam's moments and step
@@ -98,7 +98,7 @@ def compile_step(update, model, opt, grad_clip, device, precision="auto", backen
     def step(batch, lr):
         batch = {k: v.to(device, non_blocking=device.type == "cuda") for k, v in batch.items()}
         set_lr(lr)                                          # in place: the graph's input
-        with trace_backward:
+        with tracing:
             stats = compiled(batch)
         return tree_map(torch.clone, stats) if cuda_graphs else stats
     return step
