@@ -142,7 +142,7 @@ def parse_args(argv=None):
                         "cores have only fp16 (sm_70-sm_75: V100, T4, RTX 20xx), else fp32 "
                         "(machinery/device.py)")
     p.add_argument("--loss_scale", type=cli.positive_float, default=None, metavar="S",
-                   help="fp16: the dynamic loss scale to start from (default 65536, "
+                   help="fp16: the dynamic loss scale to start from (default 2048, "
                         "machinery/loss_scale.py)")
     p.add_argument("--plain_mlm", action="store_true",
                    help="train with objectives.sample and mlm_loss instead of the fused "

@@ -3,13 +3,13 @@ train.update first: this file runs its backward, clipping and Adam when the prec
 
 Why: fp16 holds numbers from 6e-5 (normal; 6e-8 with less precision) to 65504. Many gradients
 of a Transformer are smaller than 6e-5 and would round to zero in fp16's backward. So the loss
-is multiplied by a scale S (2^16 to start) before backward, every gradient with it, and divided
-by S again (unscaled) before anything uses them - before the clip at global norm 1, which must
-see the true norm. If a scaled gradient overflowed (inf or NaN), the step is skipped (no weight,
-no Adam moment, no step count changes) and S halves; after 2,000 steps without an overflow S
-doubles. (Mixed-precision training, Micikevicius et al. 2018; torch.amp.GradScaler's defaults.
-richarddwang/electra_pytorch trained ELECTRA in fp16 this way.) bf16 has float32's range and
-needs none of it.
+is multiplied by a scale S (INIT_SCALE, 2^11, to start) before backward, every gradient with
+it, and divided by S again (unscaled) before anything uses them - before the clip at global
+norm 1, which must see the true norm. If a scaled gradient overflowed (inf or NaN), the step is
+skipped (no weight, no Adam moment, no step count changes) and S halves; after 2,000 steps
+without an overflow S doubles. (Mixed-precision training, Micikevicius et al. 2018;
+torch.amp.GradScaler's rules, whose default start is 2^16; richarddwang/electra_pytorch trained
+ELECTRA in fp16 this way, from 2^11.) bf16 has float32's range and needs none of it.
 
 The losses themselves (L_MLM, L_Disc) and G's sample x̂ stay in float32, as in every precision.
 
