@@ -28,7 +28,7 @@ from ablations import ConfigError, build_model
 from machinery.checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from config import DEMO_VOCAB, SIZES, Config
 from data import DataError, demo_dir, load_meta, load_tokenizer, prepare_demo
-from machinery.device import DeviceError, pick_device, pick_precision
+from machinery.device import PRECISIONS, DeviceError, pick_device, pick_precision
 from machinery.distributed import Dist
 from flops import train_flops_per_step
 from machinery.divergence import TrainingDiverged
@@ -136,7 +136,7 @@ def parse_args(argv=None):
     p.add_argument("--profile", type=cli.positive_int, default=None, metavar="N",
                    help="torch.profiler over N steps (after 2 to warm up): out_dir/"
                         "profile_trace.json and the top operations by self time")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default=None,
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="auto (default; on --resume, the checkpoint's): bf16 autocast where the "
                         "hardware has native bf16, fp16 with loss scaling on GPUs whose tensor "
                         "cores have only fp16 (sm_70-sm_75: V100, T4, RTX 20xx), else fp32 "

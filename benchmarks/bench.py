@@ -61,7 +61,7 @@ if not __package__:   # run as a path (python benchmarks/bench.py): import from 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import DataError
-from machinery.device import pick_device, pick_precision, refuse_unavailable
+from machinery.device import PRECISIONS, pick_device, pick_precision, refuse_unavailable
 from machinery.loss_scale import make_loss_scale
 from machinery import cli
 from config import SIZES, Config
@@ -295,7 +295,7 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="ours and bert run their whole step compiled (machinery/step.py); hf "
                         "stays eager unless named hf_compiled")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="auto: bf16 autocast where the hardware has native bf16, fp16 with loss "
                         "scaling on sm_70-sm_75 GPUs (machinery/device.py)")
     p.add_argument("--threads", type=cli.threads, default=None,

@@ -42,8 +42,8 @@ import torch
 from machinery import cli, compile_cache
 from machinery.atomic import atomic_write
 from machinery.checkpoint import CheckpointError
-from machinery.device import DeviceError, compile_refusal, pick_device, pick_precision, \
-    refuse_unavailable
+from machinery.device import PRECISIONS, DeviceError, compile_refusal, pick_device, \
+    pick_precision, refuse_unavailable
 from machinery.static_shapes import DEFAULT_BUCKETS, bucket_lengths, bucket_list, \
     compiled_shapes
 
@@ -80,7 +80,7 @@ def parse_args(argv, tasks):
     p.add_argument("--out", type=cli.nonempty,
                    help="results JSON (default: next to the checkpoint)")
     p.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: best available")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="auto: bf16 where the hardware has native bf16, fp16 with loss scaling "
                    "on GPUs of sm_70-sm_75 (V100, T4, RTX 20xx), else fp32 (machinery/device.py)")
     p.add_argument("--download", type=cli.out_folder, metavar="DIR",
